@@ -1,0 +1,38 @@
+# Simple AI Training — the two commands of the quick start: `make run` and `make test`.
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+STAMP := $(VENV)/.installed
+
+.PHONY: run test lint venv clean
+
+$(PY):
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "Python 3.11 is needed ($(PYTHON) not found; set PYTHON=...)"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+
+$(STAMP): requirements.txt | $(PY)
+	$(PIP) install --quiet -r requirements.txt
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+## Start everything in the foreground: Redis (if none answers), object storage, console, worker, beat.
+run: $(STAMP)
+	$(PY) -m console.devserver
+
+## The whole test suite, on PostgreSQL and Redis (started by .ci/run in CI).
+test: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(PY) manage.py check
+	$(PY) manage.py makemigrations --check --dry-run
+	DATABASE_URL=$${TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/simpleai} \
+	REDIS_URL=$${TEST_REDIS_URL:-redis://127.0.0.1:6379/14} \
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+clean:
+	rm -rf $(VENV) staticfiles

@@ -1,0 +1,112 @@
+"""`make run`: everything of a development console in the foreground, stopped by Ctrl-C.
+
+Starts (or finds) Redis and object storage, migrates, creates the first admin, then runs
+daphne, a Celery worker and Celery beat, and supervises them: if one dies, all stop.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from console.services.objectstore import start_seaweedfs
+from console.services.ports import port_answers
+from console.services.redis_server import redis_answers, start_private_redis
+
+ROOT = Path(__file__).resolve().parent.parent
+RUN_DIR = ROOT / ".run"
+
+
+class Supervisor:
+    def __init__(self) -> None:
+        self.children: list[tuple[str, subprocess.Popen]] = []
+        self.stopping = False
+
+    def start(self, name: str, args: list[str], env: dict[str, str]) -> subprocess.Popen:
+        process = subprocess.Popen(args, cwd=ROOT, env=env, start_new_session=True)
+        self.children.append((name, process))
+        return process
+
+    def adopt(self, name: str, process: subprocess.Popen) -> None:
+        self.children.append((name, process))
+
+    def stop_all(self) -> None:
+        self.stopping = True
+        for _, process in reversed(self.children):
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        for name, process in reversed(self.children):
+            try:
+                process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                print(f"{name} did not stop in time; killing it")
+                os.killpg(process.pid, signal.SIGKILL)
+
+    def wait(self) -> int:
+        while not self.stopping:
+            for name, process in self.children:
+                if process.poll() is not None:
+                    print(f"\n{name} exited with code {process.returncode}; stopping everything.")
+                    return 1
+            time.sleep(0.5)
+        return 0
+
+
+def _redis(sup: Supervisor, env: dict[str, str]) -> None:
+    url = env.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+    if redis_answers(url):
+        print(f"Redis: {url}")
+        return
+    url, process = start_private_redis(RUN_DIR / "redis")
+    sup.adopt("redis", process)
+    env["REDIS_URL"] = url
+    print(f"Redis: none answered; started a private one at {url}")
+
+
+def _object_store(sup: Supervisor, env: dict[str, str]) -> None:
+    if env.get("S3_ENDPOINT_URL"):
+        print(f"Object storage: {env['S3_ENDPOINT_URL']}")
+        return
+    port = int(env.get("OBJECT_STORE_PORT", "8333"))
+    if port_answers(port):
+        port = 0
+    store = start_seaweedfs(RUN_DIR / "seaweedfs", s3_port=port or None)
+    sup.adopt("seaweedfs", store.process)
+    env.update(store.env())
+    print(f"Object storage: SeaweedFS S3 at {store.endpoint} (key {store.access_key})")
+
+
+def main() -> int:
+    env = dict(os.environ)
+    env.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+    env["PYTHONUNBUFFERED"] = "1"
+    port = env.get("PORT", "8000")
+    sup = Supervisor()
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    try:
+        _redis(sup, env)
+        _object_store(sup, env)
+        python = sys.executable
+        subprocess.run([python, "manage.py", "migrate", "--noinput"], cwd=ROOT, env=env, check=True)
+        subprocess.run([python, "manage.py", "ensure_admin"], cwd=ROOT, env=env, check=True)
+        sup.start("daphne", [python, "-m", "daphne", "-b", "127.0.0.1", "-p", port, "console.asgi:application"], env)
+        sup.start("celery-worker", [python, "-m", "celery", "-A", "console", "worker", "-l", "info", "--concurrency", "2"], env)
+        RUN_DIR.mkdir(exist_ok=True)
+        sup.start("celery-beat", [python, "-m", "celery", "-A", "console", "beat", "-l", "info",
+                                  "-s", str(RUN_DIR / "celerybeat-schedule")], env)
+        print(f"\nSimple AI Training console: http://127.0.0.1:{port}/  (Ctrl-C stops everything)\n")
+        return sup.wait()
+    except KeyboardInterrupt:
+        print("\nStopping…")
+        return 0
+    finally:
+        sup.stop_all()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Training Jobs: models, state machine, pages, REST API, scheduling."""

@@ -1,0 +1,82 @@
+"""Every change to a Training Job's status, tags or existence goes through these functions.
+
+Each one is atomic, locks the row it changes, writes a history row, and publishes its live
+event after the commit (zulip's `do_*` actions).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from django.db import transaction
+from django.utils import timezone
+
+from .choices import ACTIVE_STATUSES, JobStatus
+from .events import JobStatusEvent, send_job_event
+from .models import JobStatusChange, JobTag, ServerType, TrainingJob
+from .states import check_transition
+
+
+def _publish_status(job: TrainingJob) -> None:
+    event = JobStatusEvent(
+        type="job.status", job_id=job.pk, status=job.status,
+        reason=job.status_reason, at=timezone.now().isoformat(),
+    )
+    transaction.on_commit(lambda: send_job_event(job.pk, job.owner_id, event))
+
+
+@transaction.atomic
+def create_job(owner, fields: Mapping, tags: Iterable[Mapping[str, str]], registry_password: str = "") -> TrainingJob:
+    """Create a job in `Pending` from validated fields; the first history row says so."""
+    server_type = fields["server_type"]
+    if not isinstance(server_type, ServerType):
+        server_type = ServerType.objects.get(name=server_type)
+    job = TrainingJob(owner=owner, **{**fields, "server_type": server_type})
+    job.status = JobStatus.PENDING
+    job.status_reason = "Waiting to be scheduled"
+    job.set_registry_password(registry_password)
+    job.save()
+    JobTag.objects.bulk_create([JobTag(job=job, key=t["key"], value=t.get("value", "")) for t in tags])
+    JobStatusChange.objects.create(job=job, old_status="", new_status=job.status, reason="Created")
+    _publish_status(job)
+    return job
+
+
+@transaction.atomic
+def transition(job_id: int, new_status: str, reason: str = "") -> TrainingJob:
+    """Move a job to `new_status`; raises IllegalTransition when the table forbids it."""
+    job = TrainingJob.objects.select_for_update().get(pk=job_id)
+    check_transition(job.status, new_status)
+    old = job.status
+    job.status, job.status_reason = new_status, reason
+    job.save(update_fields=["status", "status_reason", "updated_at"])
+    JobStatusChange.objects.create(job=job, old_status=old, new_status=new_status, reason=reason)
+    _publish_status(job)
+    return job
+
+
+@transaction.atomic
+def replace_tags(job: TrainingJob, tags: Iterable[Mapping[str, str]]) -> None:
+    """Set the job's tags to exactly `tags` (already validated)."""
+    TrainingJob.objects.select_for_update().filter(pk=job.pk).first()
+    job.tags.all().delete()
+    JobTag.objects.bulk_create([JobTag(job=job, key=t["key"], value=t.get("value", "")) for t in tags])
+
+
+def delete_job(job_id: int, reason: str = "Deleted by the user") -> str:
+    """Delete a job. One that holds nodes is first set to `Terminating`; returns what happened."""
+    with transaction.atomic():
+        job = TrainingJob.objects.select_for_update().filter(pk=job_id).first()
+        if job is None:
+            return "gone"
+        if job.status == JobStatus.TERMINATING:
+            return "terminating"
+        if job.status in ACTIVE_STATUSES:
+            transition(job.pk, JobStatus.TERMINATING, reason)
+            return "terminating"
+        owner_id, pk = job.owner_id, job.pk
+        job.delete()
+    send_job_event(pk, owner_id, JobStatusEvent(
+        type="job.status", job_id=pk, status="Deleted", reason=reason, at=timezone.now().isoformat(),
+    ))
+    return "deleted"

@@ -1,0 +1,52 @@
+from django.contrib import admin
+
+from .models import JobStatusChange, JobTag, ServerType, TrainingJob
+
+
+class JobTagInline(admin.TabularInline):
+    model = JobTag
+    extra = 0
+
+
+class JobStatusChangeInline(admin.TabularInline):
+    model = JobStatusChange
+    extra = 0
+    can_delete = False
+    readonly_fields = ["old_status", "new_status", "reason", "created_at"]
+
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False
+
+
+@admin.register(TrainingJob)
+class TrainingJobAdmin(admin.ModelAdmin):
+    list_display = ["name", "owner", "status", "learning_type", "server_type", "node_count", "gpus_per_node", "failover_enabled", "created_at"]
+    list_filter = ["status", "learning_type", "framework", "server_type", "failover_enabled"]
+    search_fields = ["name", "owner__username", "tags__key", "tags__value", "image_url"]
+    list_select_related = ["owner", "server_type"]
+    date_hierarchy = "created_at"
+    # the password is write-only everywhere; status changes go through jobs.actions
+    exclude = ["registry_password_encrypted"]
+    readonly_fields = ["status", "status_reason", "created_at", "updated_at"]
+    inlines = [JobTagInline, JobStatusChangeInline]
+
+
+@admin.register(ServerType)
+class ServerTypeAdmin(admin.ModelAdmin):
+    list_display = ["name", "gpu_model", "gpus_per_node", "vcpus", "memory_gb", "on_demand_price_per_gpu_hour", "spot_price_per_gpu_hour"]
+    search_fields = ["name", "gpu_model"]
+
+
+@admin.register(JobTag)
+class JobTagAdmin(admin.ModelAdmin):
+    list_display = ["key", "value", "job"]
+    search_fields = ["key", "value", "job__name"]
+    list_select_related = ["job"]
+
+
+@admin.register(JobStatusChange)
+class JobStatusChangeAdmin(admin.ModelAdmin):
+    list_display = ["job", "old_status", "new_status", "reason", "created_at"]
+    list_filter = ["new_status"]
+    search_fields = ["job__name", "reason"]
+    list_select_related = ["job"]

@@ -1,0 +1,111 @@
+"""API representations of Training Jobs and server types.
+
+Validation is jobs.validation's, so the API answers with the same messages as the form;
+field types are left loose on purpose (no DRF max_length) so those messages win.
+"""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from workspaces.pricing import hourly_estimate
+
+from ..choices import FRAMEWORK_VERSIONS
+from ..models import JobStatusChange, ServerType, TrainingJob
+from ..validation import validate_job
+
+
+class TagSerializer(serializers.Serializer):
+    key = serializers.CharField(allow_blank=True, trim_whitespace=True)
+    value = serializers.CharField(allow_blank=True, required=False, default="")
+
+
+class AllocationSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    gpus = serializers.IntegerField()
+    vcpus = serializers.IntegerField()
+    memory_gb = serializers.IntegerField()
+
+
+class ServerTypeSerializer(serializers.ModelSerializer):
+    allocations = AllocationSerializer(many=True, read_only=True)
+    tflops = serializers.CharField(source="tflops_summary", read_only=True)
+
+    class Meta:
+        model = ServerType
+        fields = [
+            "name", "description", "gpu_model", "gpu_architecture", "gpus_per_node", "gpu_memory_gb",
+            "vcpus", "memory_gb", "infiniband_gbps", "service_network_gbps", "nvswitch_gbs",
+            "fp4_tflops", "fp8_tflops", "fp16_tflops", "tflops",
+            "on_demand_price_per_gpu_hour", "spot_price_per_gpu_hour", "allocations",
+        ]
+
+
+class StatusChangeSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = JobStatusChange
+        fields = ["old_status", "new_status", "reason", "created_at"]
+
+
+class TrainingJobSerializer(serializers.ModelSerializer):
+    name = serializers.CharField(allow_blank=True, trim_whitespace=False)
+    server_type = serializers.CharField()
+    framework_version = serializers.CharField(required=False, allow_blank=True)
+    image_url = serializers.CharField(allow_blank=True)
+    registry_username = serializers.CharField(required=False, allow_blank=True, default="")
+    registry_password = serializers.CharField(
+        write_only=True, required=False, allow_blank=True, default="", style={"input_type": "password"},
+    )
+    volume_mount_path = serializers.CharField(required=False, allow_blank=True, default="")
+    script_url = serializers.CharField(required=False, allow_blank=True, default="")
+    command = serializers.CharField(allow_blank=True, trim_whitespace=False)
+    tags = TagSerializer(many=True, required=False, default=list)
+    has_registry_password = serializers.BooleanField(read_only=True)
+    hourly_price = serializers.SerializerMethodField()
+    history = StatusChangeSerializer(source="status_changes", many=True, read_only=True)
+
+    class Meta:
+        model = TrainingJob
+        fields = [
+            "id", "name", "learning_type", "framework", "framework_version", "failover_enabled",
+            "server_type", "gpus_per_node", "memory_gb", "node_count", "shm_size_gb",
+            "image_url", "registry_username", "registry_password", "has_registry_password",
+            "volume_mount_path", "script_url", "command", "tags",
+            "status", "status_reason", "created_at", "updated_at", "hourly_price", "history",
+        ]
+        read_only_fields = ["status", "status_reason", "created_at", "updated_at"]
+
+    def get_hourly_price(self, job: TrainingJob) -> str:
+        price = job.server_type.price_per_gpu_hour(job.learning_type)
+        return str(hourly_estimate(price, job.gpus_per_node, job.node_count))
+
+    def to_representation(self, job: TrainingJob) -> dict:
+        data = super().to_representation(job)
+        data["server_type"] = job.server_type.name
+        return data
+
+    def validate(self, attrs: dict) -> dict:
+        if self.instance is not None:
+            return self._validate_update(attrs)
+        framework = attrs.get("framework")
+        if framework and not attrs.get("framework_version"):
+            attrs["framework_version"] = FRAMEWORK_VERSIONS[framework][0]
+        server_types = {st.name: st.info() for st in ServerType.objects.all()}
+        errors = validate_job(attrs, server_types)
+        owner = self.context["request"].user
+        if "name" not in errors and TrainingJob.objects.filter(owner=owner, name=attrs["name"]).exists():
+            errors["name"] = "You already have a Training Job with this name."
+        if errors:
+            raise serializers.ValidationError(errors)
+        return attrs
+
+    def _validate_update(self, attrs: dict) -> dict:
+        changed = set(self.initial_data) - {"tags"}
+        if changed:
+            raise serializers.ValidationError(
+                {field: "Only tags can be changed after a Training Job is created." for field in sorted(changed)}
+            )
+        errors = validate_job({"tags": attrs.get("tags", [])}, {}, partial=True)
+        if errors:
+            raise serializers.ValidationError(errors)
+        return attrs

@@ -1,0 +1,63 @@
+"""REST endpoints: thin viewsets over jobs.actions; a user only ever sees their own jobs."""
+
+from __future__ import annotations
+
+from django.db.models import Q
+from rest_framework import mixins, status, viewsets
+from rest_framework.response import Response
+
+from .. import actions
+from ..models import ServerType, TrainingJob
+from .serializers import ServerTypeSerializer, TrainingJobSerializer
+
+
+class TrainingJobViewSet(viewsets.ModelViewSet):
+    serializer_class = TrainingJobSerializer
+    http_method_names = ["get", "post", "patch", "delete", "head", "options"]
+
+    def get_queryset(self):
+        jobs = (
+            TrainingJob.objects.filter(owner=self.request.user)
+            .select_related("server_type")
+            .prefetch_related("tags", "status_changes")
+        )
+        params = self.request.query_params
+        if value := params.get("status"):
+            jobs = jobs.filter(status=value)
+        if value := params.get("learning_type"):
+            jobs = jobs.filter(learning_type=value)
+        if value := params.get("search"):
+            jobs = jobs.filter(
+                Q(name__icontains=value) | Q(tags__key__icontains=value) | Q(tags__value__icontains=value)
+            ).distinct()
+        return jobs
+
+    def perform_create(self, serializer):
+        data = dict(serializer.validated_data)
+        tags = data.pop("tags", [])
+        password = data.pop("registry_password", "")
+        serializer.instance = actions.create_job(self.request.user, data, tags, password)
+
+    def perform_update(self, serializer):
+        if "tags" in serializer.validated_data:
+            actions.replace_tags(serializer.instance, serializer.validated_data["tags"])
+
+    def update(self, request, *args, **kwargs):
+        response = super().update(request, *args, **kwargs)
+        job = self.get_queryset().get(pk=kwargs["pk"])
+        response.data = self.get_serializer(job).data
+        return response
+
+    def destroy(self, request, *args, **kwargs):
+        job = self.get_object()
+        outcome = actions.delete_job(job.pk)
+        if outcome == "terminating":
+            job.refresh_from_db()
+            return Response(self.get_serializer(job).data, status=status.HTTP_202_ACCEPTED)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class ServerTypeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    serializer_class = ServerTypeSerializer
+    queryset = ServerType.objects.all()
+    lookup_field = "name"

@@ -1,0 +1,46 @@
+"""Choice sets of a Training Job. Status values are the seed's words exactly."""
+
+from django.db import models
+
+
+class LearningType(models.TextChoices):
+    ON_DEMAND = "on_demand", "On-Demand Training"
+    SPOT = "spot", "Spot Training"
+
+
+class Framework(models.TextChoices):
+    PYTORCH = "pytorch", "PyTorch"
+    DEEPSPEED = "deepspeed", "DeepSpeed"
+
+
+# Versions offered per framework, newest first (the first one is the default).
+FRAMEWORK_VERSIONS: dict[str, list[str]] = {
+    Framework.PYTORCH: ["2.13.0", "2.12.1"],
+    Framework.DEEPSPEED: ["0.18.9", "0.17.6"],
+}
+
+
+class JobStatus(models.TextChoices):
+    PENDING = "Pending"
+    CREATING = "Creating"
+    RUNNING = "Running"
+    COMPLETED = "Completed"
+    FAILED = "Failed"
+    STOPPED = "Stopped"
+    TERMINATING = "Terminating"
+    FAILOVER_IN_PROGRESS = "Pending - failoverinprogress"
+    INTERNAL_ERROR = "Pending - internalerror"
+    MAX_RETRIES_EXCEEDED = "Pending - maxretriesexceeded"
+    IMAGE_PULL_BACKOFF = "Pending - imagepullbackoff"
+    SPOT_INTERRUPTED = "Pending - spotinterrupted"
+
+
+# Grouped by lifecycle (netbox style): pages and the scheduler filter on these.
+WAITING_STATUSES = frozenset({
+    JobStatus.PENDING, JobStatus.FAILOVER_IN_PROGRESS, JobStatus.SPOT_INTERRUPTED,
+})
+ACTIVE_STATUSES = frozenset({JobStatus.CREATING, JobStatus.RUNNING, JobStatus.TERMINATING})
+TERMINAL_STATUSES = frozenset({
+    JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.STOPPED,
+    JobStatus.INTERNAL_ERROR, JobStatus.MAX_RETRIES_EXCEEDED, JobStatus.IMAGE_PULL_BACKOFF,
+})

@@ -1,0 +1,43 @@
+"""WebSocket of one job for its owner's browser: live status events.
+
+Another user's job, or no login, is answered like a missing page: the handshake is
+refused with close code 4404 (4401 without a session).
+"""
+
+from __future__ import annotations
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+
+from .events import job_group
+from .models import TrainingJob
+
+CLOSE_UNAUTHENTICATED = 4401
+CLOSE_NOT_FOUND = 4404
+
+
+@database_sync_to_async
+def _owns_job(user, job_id: int) -> bool:
+    return TrainingJob.objects.filter(pk=job_id, owner=user).exists()
+
+
+class JobConsumer(AsyncJsonWebsocketConsumer):
+    async def connect(self) -> None:
+        user = self.scope.get("user")
+        self.job_id = int(self.scope["url_route"]["kwargs"]["job_id"])
+        if user is None or not user.is_authenticated:
+            await self.close(code=CLOSE_UNAUTHENTICATED)
+            return
+        if not await _owns_job(user, self.job_id):
+            await self.close(code=CLOSE_NOT_FOUND)
+            return
+        self.group = job_group(self.job_id)
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.accept()
+
+    async def disconnect(self, code: int) -> None:
+        if hasattr(self, "group"):
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    async def job_status(self, event: dict) -> None:
+        await self.send_json(event)

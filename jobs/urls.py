@@ -1,0 +1,14 @@
+from django.urls import path
+
+from . import views
+
+app_name = "jobs"
+
+urlpatterns = [
+    path("", views.job_list, name="list"),
+    path("create/", views.job_create, name="create"),
+    path("delete/", views.job_bulk_delete, name="bulk_delete"),
+    path("<int:pk>/", views.job_detail, name="detail"),
+    path("<int:pk>/tags/", views.job_tags, name="tags"),
+    path("<int:pk>/delete/", views.job_delete, name="delete"),
+]

@@ -1,0 +1,138 @@
+"""Training Job pages: list, create, detail (Details / Monitoring / Logs / Tags), tags, delete."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.contrib import messages
+from django.core.paginator import Paginator
+from django.db.models import Q
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from workspaces.pricing import hourly_estimate
+
+from . import actions
+from .choices import JobStatus, LearningType
+from .forms import TrainingJobForm, tags_from_post
+from .models import ServerType, TrainingJob
+from .validation import tags_error
+
+TABS = {"details": "Details", "monitoring": "Monitoring", "logs": "Logs", "tags": "Tags"}
+
+
+def _own_job(request: HttpRequest, pk: int) -> TrainingJob:
+    """Another user's job does not exist for this user: 404, never 403."""
+    return get_object_or_404(TrainingJob.objects.select_related("server_type"), pk=pk, owner=request.user)
+
+
+def job_list(request: HttpRequest) -> HttpResponse:
+    jobs = (
+        TrainingJob.objects.filter(owner=request.user)
+        .select_related("server_type")
+        .prefetch_related("tags")
+    )
+    status = request.GET.get("status", "")
+    learning_type = request.GET.get("learning_type", "")
+    query = request.GET.get("q", "").strip()
+    if status:
+        jobs = jobs.filter(status=status)
+    if learning_type:
+        jobs = jobs.filter(learning_type=learning_type)
+    if query:
+        jobs = jobs.filter(
+            Q(name__icontains=query) | Q(tags__key__icontains=query) | Q(tags__value__icontains=query)
+        ).distinct()
+    page = Paginator(jobs, settings.JOBS_PAGE_SIZE).get_page(request.GET.get("page"))
+    return render(request, "jobs/list.html", {
+        "page": page,
+        "statuses": JobStatus.choices,
+        "learning_types": LearningType.choices,
+        "filters": {"status": status, "learning_type": learning_type, "q": query},
+    })
+
+
+def _server_types_data(server_types: list[ServerType]) -> dict:
+    """What the creation page's summary panel needs to price and describe a choice."""
+    return {
+        st.name: {
+            "label": str(st),
+            "on_demand": str(st.on_demand_price_per_gpu_hour),
+            "spot": str(st.spot_price_per_gpu_hour),
+            "allocations": [
+                {"gpus": a.gpus, "name": a.name, "vcpus": a.vcpus, "memory_gb": a.memory_gb}
+                for a in st.allocations()
+            ],
+        }
+        for st in server_types
+    }
+
+
+def job_create(request: HttpRequest) -> HttpResponse:
+    tags = tags_from_post(request.POST) if request.method == "POST" else []
+    form = TrainingJobForm(request.POST or None, owner=request.user, tags=tags)
+    if request.method == "POST" and form.is_valid():
+        job = actions.create_job(
+            request.user, form.job_fields(), tags, form.cleaned_data.get("registry_password", ""),
+        )
+        messages.success(request, f"Training Job {job.name} was created.")
+        return redirect("jobs:list")
+    return render(request, "jobs/create.html", {
+        "form": form,
+        "tags": tags,
+        "server_types": form.server_types,
+        "server_types_data": _server_types_data(form.server_types),
+    })
+
+
+def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    job = _own_job(request, pk)
+    price = hourly_estimate(job.server_type.price_per_gpu_hour(job.learning_type), job.gpus_per_node, job.node_count)
+    return render(request, "jobs/detail.html", {
+        "job": job,
+        "tags": list(job.tags.all()),
+        "history": list(job.status_changes.all()),
+        "hourly_price": price,
+        "tab": request.GET.get("tab", "details") if request.GET.get("tab") in TABS else "details",
+        "tab_names": TABS.items(),
+    })
+
+
+@require_POST
+def job_tags(request: HttpRequest, pk: int) -> HttpResponse:
+    job = _own_job(request, pk)
+    tags = tags_from_post(request.POST)
+    if error := tags_error(tags):
+        messages.error(request, f"Tags not saved: {error}")
+    else:
+        actions.replace_tags(job, tags)
+        messages.success(request, "Tags saved.")
+    return redirect(f"{job.get_absolute_url()}?tab=tags")
+
+
+@require_POST
+def job_delete(request: HttpRequest, pk: int) -> HttpResponse:
+    job = _own_job(request, pk)
+    outcome = actions.delete_job(job.pk)
+    if outcome == "terminating":
+        messages.info(request, f"Training Job {job.name} is terminating: its processes are being stopped.")
+        return redirect(job)
+    messages.success(request, f"Training Job {job.name} was deleted.")
+    return redirect("jobs:list")
+
+
+@require_POST
+def job_bulk_delete(request: HttpRequest) -> HttpResponse:
+    ids = [int(i) for i in request.POST.getlist("ids") if i.isdigit()]
+    # only the user's own jobs: ids of other users' jobs are silently not found
+    owned = list(TrainingJob.objects.filter(owner=request.user, pk__in=ids).values_list("pk", flat=True))
+    outcomes = [actions.delete_job(pk) for pk in owned]
+    deleted, terminating = outcomes.count("deleted"), outcomes.count("terminating")
+    if not owned:
+        messages.error(request, "Select at least one Training Job to delete.")
+    else:
+        text = f"{deleted} Training Job(s) deleted"
+        if terminating:
+            text += f", {terminating} terminating"
+        messages.success(request, text + ".")
+    return redirect("jobs:list")

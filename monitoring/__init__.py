@@ -1,0 +1,1 @@
+"""Log streams and metric samples: ingestion, storage, live views."""

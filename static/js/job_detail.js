@@ -1,0 +1,59 @@
+// Training Job detail: tabs, in-place tags, delete confirm, live status over the job's WebSocket.
+(function () {
+  const meta = JSON.parse(document.getElementById("job-meta").textContent);
+
+  document.querySelectorAll(".tabs a").forEach((link) => {
+    link.addEventListener("click", (e) => {
+      e.preventDefault();
+      const tab = link.dataset.tab;
+      document.querySelectorAll(".tabs a").forEach((l) => l.classList.toggle("active", l === link));
+      document.querySelectorAll(".tab-panel").forEach((p) => { p.hidden = p.dataset.panel !== tab; });
+      history.replaceState(null, "", `?tab=${tab}`);
+      document.dispatchEvent(new CustomEvent("tab-shown", { detail: tab }));
+    });
+  });
+
+  const rows = document.getElementById("tag-rows");
+  document.getElementById("add-tag").addEventListener("click", () => {
+    const empty = document.getElementById("no-tags");
+    if (empty) empty.remove();
+    if (rows.querySelectorAll(".tag-row").length < 50) {
+      rows.appendChild(document.getElementById("tag-row-template").content.cloneNode(true));
+    }
+  });
+  rows.addEventListener("click", (e) => {
+    if (e.target.classList.contains("remove-tag")) e.target.closest(".tag-row").remove();
+  });
+
+  const dialog = document.getElementById("confirm-delete");
+  document.getElementById("delete-job").addEventListener("click", () => dialog.showModal());
+  document.getElementById("cancel-delete").addEventListener("click", () => dialog.close());
+
+  // Live status: reconnect with backoff; the page stays correct on reload without it.
+  let delay = 1000;
+  function connect() {
+    const scheme = location.protocol === "https:" ? "wss" : "ws";
+    const socket = new WebSocket(`${scheme}://${location.host}/ws/jobs/${meta.id}/`);
+    socket.addEventListener("open", () => { delay = 1000; });
+    socket.addEventListener("message", (e) => {
+      const event = JSON.parse(e.data);
+      document.dispatchEvent(new CustomEvent("job-event", { detail: event }));
+      if (event.type !== "job.status") return;
+      const badge = document.getElementById("job-status");
+      badge.textContent = event.status;
+      badge.dataset.status = event.status;
+      document.getElementById("job-status-reason").textContent = event.reason;
+      const row = document.createElement("tr");
+      const old = document.querySelector("#history tbody tr:last-child td:nth-child(3)");
+      [new Date(event.at).toISOString().replace("T", " ").slice(0, 19), old ? old.textContent : "—", event.status, event.reason]
+        .forEach((text) => { const td = document.createElement("td"); td.textContent = text; row.appendChild(td); });
+      document.querySelector("#history tbody").appendChild(row);
+    });
+    socket.addEventListener("close", (e) => {
+      if (e.code === 4404 || e.code === 4401) return;
+      setTimeout(connect, delay);
+      delay = Math.min(delay * 2, 30000);
+    });
+  }
+  connect();
+})();

@@ -1,0 +1,1 @@
+"""Training Workspaces (reserved capacity), warm pool, quotas and pricing."""
