@@ -19,10 +19,26 @@ if settings.SERVE_STATIC:
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+from django.urls import path  # noqa: E402
 
+from jobs.agent_consumer import AgentConsumer  # noqa: E402
 from jobs.routing import websocket_urlpatterns as job_routes  # noqa: E402
+from monitoring.routing import websocket_urlpatterns as log_routes  # noqa: E402
+from nodeagent.protocol import AGENT_PATH  # noqa: E402
+
+# Browsers authenticate with their session (and must come from an allowed origin);
+# agents send no Origin and authenticate with their bearer token inside AgentConsumer.
+browsers = AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(job_routes + log_routes)))
+agents = URLRouter([path(AGENT_PATH.strip("/") + "/", AgentConsumer.as_asgi())])
+
+
+async def websocket_router(scope, receive, send):
+    if scope["path"] == AGENT_PATH:
+        return await agents(scope, receive, send)
+    return await browsers(scope, receive, send)
+
 
 application = ProtocolTypeRouter({
     "http": django_asgi_app,
-    "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(job_routes))),
+    "websocket": websocket_router,
 })

@@ -81,6 +81,24 @@ def _object_store(sup: Supervisor, env: dict[str, str]) -> None:
     print(f"Object storage: SeaweedFS S3 at {store.endpoint} (key {store.access_key})")
 
 
+def _local_nodes(sup: Supervisor, env: dict[str, str], port: str) -> None:
+    """Two simulated GPU nodes on this machine, so a job really runs out of the box."""
+    count = int(env.get("LOCAL_NODES", "2"))
+    for i in range(1, count + 1):
+        name = f"local-node-{i}"
+        token = subprocess.run(
+            [sys.executable, "manage.py", "nodetoken", name, "--quiet"],
+            cwd=ROOT, env=env, check=True, capture_output=True, text=True,
+        ).stdout.strip()
+        sup.start(name, [
+            sys.executable, "-m", "nodeagent", "--console", f"http://127.0.0.1:{port}", "--token", token,
+            "--name", name, "--gpus", env.get("LOCAL_NODE_GPUS", "simulated:8"),
+            "--server-type", env.get("LOCAL_NODE_SERVER_TYPE", "g2"), "--work-dir", str(RUN_DIR / "nodes" / name),
+        ], env)
+    if count:
+        print(f"Started {count} local node agent(s) with simulated GPUs (LOCAL_NODES={count}).")
+
+
 def main() -> int:
     env = dict(os.environ)
     env.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
@@ -99,6 +117,7 @@ def main() -> int:
         RUN_DIR.mkdir(exist_ok=True)
         sup.start("celery-beat", [python, "-m", "celery", "-A", "console", "beat", "-l", "info",
                                   "-s", str(RUN_DIR / "celerybeat-schedule")], env)
+        _local_nodes(sup, env, port)
         print(f"\nSimple AI Training console: http://127.0.0.1:{port}/  (Ctrl-C stops everything)\n")
         return sup.wait()
     except KeyboardInterrupt:

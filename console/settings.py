@@ -84,7 +84,12 @@ REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL], "prefix": env_str("CHANNELS_PREFIX", "simpleai")},
+        "CONFIG": {
+            # redis-py 8 reads with a 5 s socket timeout, the same as channels_redis' blocking
+            # pop: an idle consumer would time out and drop its WebSocket. Give reads room.
+            "hosts": [{"address": REDIS_URL, "socket_timeout": 30}],
+            "prefix": env_str("CHANNELS_PREFIX", "simpleai"),
+        },
     }
 }
 
@@ -95,7 +100,6 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-CELERY_BEAT_SCHEDULE: dict = {}
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -144,6 +148,18 @@ S3_SECRET_KEY = env_secret("S3_SECRET_KEY", "")
 S3_RESULTS_BUCKET = env_str("S3_RESULTS_BUCKET", "simpleai-results")
 
 JOBS_PAGE_SIZE = env_int("JOBS_PAGE_SIZE", 20, minimum=1)
+
+# Nodes: a node without a heartbeat for this long is Lost; agents beat every few seconds.
+NODE_LOST_AFTER_SECONDS = env_int("NODE_LOST_AFTER_SECONDS", 30, minimum=5)
+# SIGTERM → this many seconds → SIGKILL when a job is stopped or deleted
+JOB_STOP_GRACE_SECONDS = env_int("JOB_STOP_GRACE_SECONDS", 30, minimum=0)
+# how often beat runs the scheduler and the heartbeat watchdog (seconds)
+SCHEDULER_TICK_SECONDS = env_int("SCHEDULER_TICK_SECONDS", 5, minimum=1)
+
+CELERY_BEAT_SCHEDULE = {
+    "schedule-jobs": {"task": "jobs.tasks.schedule_jobs", "schedule": float(SCHEDULER_TICK_SECONDS)},
+    "watch-heartbeats": {"task": "jobs.tasks.watch_heartbeats", "schedule": float(SCHEDULER_TICK_SECONDS)},
+}
 
 LOGGING = {
     "version": 1,

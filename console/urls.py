@@ -3,6 +3,9 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from monitoring.api import JobLogsView
+from monitoring.views import download_logs
+
 from . import views
 
 urlpatterns = [
@@ -10,6 +13,9 @@ urlpatterns = [
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("jobs/", include("jobs.urls")),
+    path("jobs/<int:pk>/logs/download/", download_logs, name="logs-download"),
+    path("nodes/", include("jobs.node_urls")),
+    path("api/v1/training-jobs/<int:pk>/logs/", JobLogsView.as_view(), name="api-job-logs"),
     path("api/v1/", include("jobs.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),

@@ -14,6 +14,7 @@ from django.utils import timezone
 from .choices import ACTIVE_STATUSES, JobStatus
 from .events import JobStatusEvent, send_job_event
 from .models import JobStatusChange, JobTag, ServerType, TrainingJob
+from .notify import schedule_on_commit, sync_nodes_on_commit
 from .states import check_transition
 
 
@@ -39,6 +40,7 @@ def create_job(owner, fields: Mapping, tags: Iterable[Mapping[str, str]], regist
     JobTag.objects.bulk_create([JobTag(job=job, key=t["key"], value=t.get("value", "")) for t in tags])
     JobStatusChange.objects.create(job=job, old_status="", new_status=job.status, reason="Created")
     _publish_status(job)
+    schedule_on_commit()
     return job
 
 
@@ -73,10 +75,16 @@ def delete_job(job_id: int, reason: str = "Deleted by the user") -> str:
             return "terminating"
         if job.status in ACTIVE_STATUSES:
             transition(job.pk, JobStatus.TERMINATING, reason)
+            # the agents stop the processes; the last exit report removes the job
+            sync_nodes_on_commit(job.attempts.filter(number=job.current_attempt).values_list("placements__node_id", flat=True))
             return "terminating"
-        owner_id, pk = job.owner_id, job.pk
-        job.delete()
-    send_job_event(pk, owner_id, JobStatusEvent(
-        type="job.status", job_id=pk, status="Deleted", reason=reason, at=timezone.now().isoformat(),
-    ))
+        remove_job(job, reason)
     return "deleted"
+
+
+def remove_job(job: TrainingJob, reason: str = "Deleted by the user") -> None:
+    """Delete the row (logs and history go with it) and tell watchers after the commit."""
+    job_id, owner_id = job.pk, job.owner_id
+    job.delete()
+    event = JobStatusEvent(type="job.status", job_id=job_id, status="Deleted", reason=reason, at=timezone.now().isoformat())
+    transaction.on_commit(lambda: send_job_event(job_id, owner_id, event))

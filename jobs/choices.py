@@ -44,3 +44,10 @@ TERMINAL_STATUSES = frozenset({
     JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.STOPPED,
     JobStatus.INTERNAL_ERROR, JobStatus.MAX_RETRIES_EXCEEDED, JobStatus.IMAGE_PULL_BACKOFF,
 })
+
+
+class NodeStatus(models.TextChoices):
+    READY = "Ready"
+    BUSY = "Busy"
+    CORDONED = "Cordoned"
+    LOST = "Lost"

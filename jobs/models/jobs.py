@@ -10,9 +10,9 @@ from django.urls import reverse
 
 from console import crypto
 
-from .catalogue import Allocation, allocations
-from .choices import FRAMEWORK_VERSIONS, Framework, JobStatus, LearningType
-from .validation import ServerTypeInfo
+from ..catalogue import Allocation, allocations
+from ..choices import FRAMEWORK_VERSIONS, Framework, JobStatus, LearningType
+from ..validation import ServerTypeInfo
 
 
 class ServerType(models.Model):
@@ -88,6 +88,9 @@ class TrainingJob(models.Model):
     command = models.TextField()
     status = models.CharField(max_length=40, choices=JobStatus.choices, default=JobStatus.PENDING)
     status_reason = models.CharField(max_length=500, blank=True)
+    # number of the attempt that may run now; messages of any other attempt are fenced off
+    current_attempt = models.PositiveIntegerField(default=0)
+    result_url = models.CharField(max_length=1024, blank=True, help_text="Where OUTPUT_DIR was uploaded")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -1,0 +1,96 @@
+"""A throw-away console for benchmarks: its own PostgreSQL database, daphne, Celery, SeaweedFS.
+
+Nothing here is mocked: the benchmarks drive the same processes `make run` starts.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from console.services.objectstore import start_seaweedfs  # noqa: E402
+from console.services.ports import free_port, wait_for_port  # noqa: E402
+
+BENCH_DB = os.environ.get("BENCH_DATABASE", "simpleai_bench")
+BENCH_PG = os.environ.get("BENCH_PG", "postgres://postgres@127.0.0.1:5432")
+
+
+class BenchStack:
+    def __init__(self, with_workers: bool = True) -> None:
+        self.tmp = Path(tempfile.mkdtemp(prefix="simpleai-bench-"))
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.processes: list[subprocess.Popen] = []
+        self.with_workers = with_workers
+        self.env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "console.settings",
+            "DATABASE_URL": f"{BENCH_PG}/{BENCH_DB}",
+            "REDIS_URL": os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/13"),
+            "CHANNELS_PREFIX": "simpleai-bench",
+            "JOB_STOP_GRACE_SECONDS": "5",
+            "SCHEDULER_TICK_SECONDS": "1",
+            "PYTHONUNBUFFERED": "1",
+        }
+
+    def __enter__(self) -> BenchStack:
+        subprocess.run(["psql", BENCH_PG + "/postgres", "-qc", f"DROP DATABASE IF EXISTS {BENCH_DB}"], check=True)
+        subprocess.run(["psql", BENCH_PG + "/postgres", "-qc", f"CREATE DATABASE {BENCH_DB}"], check=True)
+        self.store = start_seaweedfs(self.tmp / "s3")
+        self.env.update(self.store.env())
+        os.environ.update({k: v for k, v in self.env.items() if k != "PYTHONUNBUFFERED"})
+        subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=self.env, check=True)
+        import django
+
+        django.setup()
+        self._spawn([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "console.asgi:application"], "daphne")
+        if self.with_workers:
+            self._spawn([sys.executable, "-m", "celery", "-A", "console", "worker", "-P", "threads", "-c", "4", "-l", "warning"], "worker")
+            self._spawn([sys.executable, "-m", "celery", "-A", "console", "beat", "-l", "warning", "-s", str(self.tmp / "beat")], "beat")
+        wait_for_port(self.port)
+        return self
+
+    def _spawn(self, args: list[str], name: str) -> subprocess.Popen:
+        with open(self.tmp / f"{name}.log", "ab") as log:
+            process = subprocess.Popen(args, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.processes.append(process)
+        return process
+
+    def agent(self, name: str, token: str) -> subprocess.Popen:
+        work = self.tmp / "nodes" / name
+        work.mkdir(parents=True, exist_ok=True)
+        return self._spawn([
+            sys.executable, "-m", "nodeagent", "--console", self.url, "--token", token, "--name", name,
+            "--gpus", "simulated:8", "--server-type", "g2", "--work-dir", str(work), "--address", "127.0.0.1",
+        ], f"agent-{name}")
+
+    def __exit__(self, *exc) -> None:
+        import signal
+
+        for process in reversed(self.processes):
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+        for process in self.processes:
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+        self.store.stop()
+        from django.db import connections
+
+        connections.close_all()
+        subprocess.run(["psql", BENCH_PG + "/postgres", "-qc", f"DROP DATABASE IF EXISTS {BENCH_DB} WITH (FORCE)"], check=False)
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    k = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
+    return ordered[k]

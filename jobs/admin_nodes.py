@@ -1,0 +1,99 @@
+"""Admin for the node registry, tokens and attempts (registered from JobsConfig.ready)."""
+
+from django.contrib import admin, messages
+from django.utils import timezone
+
+from . import nodes
+from .models import JobAttempt, Node, NodeGPU, NodeToken, Placement
+
+
+class NodeGPUInline(admin.TabularInline):
+    model = NodeGPU
+    extra = 0
+    readonly_fields = ["index", "uuid", "model", "memory_gb"]
+
+
+@admin.register(Node)
+class NodeAdmin(admin.ModelAdmin):
+    list_display = ["name", "node_status", "server_type", "gpu_count", "address", "runtime", "connected", "cordoned", "cordon_reason", "last_heartbeat_at"]
+    list_filter = ["server_type", "connected", "cordoned", "lost", "runtime"]
+    search_fields = ["name", "address", "cordon_reason"]
+    readonly_fields = ["connected", "lost", "last_heartbeat_at", "agent_version", "created_at"]
+    inlines = [NodeGPUInline]
+    actions = ["cordon", "uncordon"]
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).select_related("server_type").prefetch_related("gpus")
+
+    @admin.display(description="Status")
+    def node_status(self, node: Node) -> str:
+        return node.status()
+
+    @admin.display(description="GPUs")
+    def gpu_count(self, node: Node) -> int:
+        return len(node.gpus.all())
+
+    @admin.action(description="Cordon the selected nodes (no new placements)")
+    def cordon(self, request, queryset):
+        for node in queryset:
+            nodes.set_cordon(node.pk, True, f"Cordoned by {request.user.username}")
+        self.message_user(request, f"{queryset.count()} node(s) cordoned.", messages.SUCCESS)
+
+    @admin.action(description="Uncordon the selected nodes")
+    def uncordon(self, request, queryset):
+        for node in queryset:
+            nodes.set_cordon(node.pk, False)
+        self.message_user(request, f"{queryset.count()} node(s) uncordoned.", messages.SUCCESS)
+
+
+@admin.register(NodeToken)
+class NodeTokenAdmin(admin.ModelAdmin):
+    list_display = ["name", "is_active", "created_at", "last_used_at", "revoked_at"]
+    list_filter = [("revoked_at", admin.EmptyFieldListFilter)]
+    search_fields = ["name"]
+    readonly_fields = ["name", "created_at", "last_used_at", "revoked_at"]
+    actions = ["revoke"]
+
+    def has_add_permission(self, request) -> bool:
+        return False  # minted with `manage.py nodetoken NAME`, so the token is shown once
+
+    @admin.display(boolean=True, description="Active")
+    def is_active(self, token: NodeToken) -> bool:
+        return token.is_active
+
+    @admin.action(description="Revoke the selected tokens")
+    def revoke(self, request, queryset):
+        count = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+        self.message_user(request, f"{count} token(s) revoked; their agents are refused from now on.", messages.SUCCESS)
+
+
+class PlacementInline(admin.TabularInline):
+    model = Placement
+    extra = 0
+    readonly_fields = ["node", "node_name", "role", "node_rank", "gpu_indices", "state", "exit_code", "exit_signal", "message", "output_url", "started_at", "ended_at"]
+    can_delete = False
+
+
+@admin.register(JobAttempt)
+class JobAttemptAdmin(admin.ModelAdmin):
+    list_display = ["job", "number", "master_addr", "master_port", "created_at", "running_at", "ended_at", "cause"]
+    list_filter = [("ended_at", admin.EmptyFieldListFilter)]
+    search_fields = ["job__name", "cause"]
+    list_select_related = ["job"]
+    inlines = [PlacementInline]
+
+
+@admin.register(Placement)
+class PlacementAdmin(admin.ModelAdmin):
+    list_display = ["attempt", "role", "node_name", "state", "exit_code", "exit_signal", "started_at", "ended_at"]
+    list_filter = ["state", "role"]
+    search_fields = ["node_name", "attempt__job__name", "message"]
+    list_select_related = ["attempt__job"]
+
+
+@admin.register(NodeGPU)
+class NodeGPUAdmin(admin.ModelAdmin):
+    list_display = ["node", "index", "model", "memory_gb", "healthy", "uuid"]
+    list_filter = ["model", "healthy"]
+    search_fields = ["node__name", "uuid"]
+    list_select_related = ["node"]

@@ -1,0 +1,10 @@
+"""Models of the jobs app: Training Jobs, the node registry, and attempts (placements)."""
+
+from .attempts import JobAttempt, Placement, PlacementState
+from .jobs import JobStatusChange, JobTag, ServerType, TrainingJob
+from .nodes import Node, NodeGPU, NodeToken
+
+__all__ = [
+    "JobAttempt", "JobStatusChange", "JobTag", "Node", "NodeGPU", "NodeToken", "Placement",
+    "PlacementState", "ServerType", "TrainingJob",
+]

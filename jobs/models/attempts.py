@@ -1,0 +1,63 @@
+"""Attempts: every placement of a job on nodes is one attempt; each node's part is a Placement."""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class PlacementState(models.TextChoices):
+    ASSIGNED = "assigned"
+    PREPARING = "preparing"
+    RUNNING = "running"
+    EXITED = "exited"
+    LOST = "lost"  # the node stopped answering while it held this placement
+
+
+# A placement in one of these holds its node's GPUs.
+HOLDING_STATES = (PlacementState.ASSIGNED, PlacementState.PREPARING, PlacementState.RUNNING)
+
+
+class JobAttempt(models.Model):
+    job = models.ForeignKey("jobs.TrainingJob", on_delete=models.CASCADE, related_name="attempts")
+    number = models.PositiveIntegerField()
+    master_addr = models.CharField(max_length=255)
+    master_port = models.PositiveIntegerField()
+    resume_step = models.IntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    running_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    cause = models.CharField(max_length=500, blank=True, help_text="Why this attempt ended")
+
+    class Meta:
+        ordering = ["job", "number"]
+        constraints = [models.UniqueConstraint(fields=["job", "number"], name="unique_attempt_number")]
+
+    def __str__(self) -> str:
+        return f"{self.job_id}#{self.number}"
+
+
+class Placement(models.Model):
+    attempt = models.ForeignKey(JobAttempt, on_delete=models.CASCADE, related_name="placements")
+    node = models.ForeignKey("jobs.Node", on_delete=models.SET_NULL, null=True, related_name="placements")
+    node_name = models.CharField(max_length=63, help_text="Kept when the node row is deleted")
+    role = models.CharField(max_length=32)
+    node_rank = models.PositiveSmallIntegerField()
+    gpu_indices = models.JSONField(default=list)
+    state = models.CharField(max_length=16, choices=PlacementState.choices, default=PlacementState.ASSIGNED)
+    exit_code = models.IntegerField(null=True, blank=True)
+    exit_signal = models.IntegerField(null=True, blank=True)
+    message = models.CharField(max_length=1000, blank=True)
+    output_url = models.CharField(max_length=1024, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["attempt", "node_rank"]
+        constraints = [models.UniqueConstraint(fields=["attempt", "role"], name="unique_role_per_attempt")]
+        indexes = [
+            # free-GPU accounting and desired-state lookups scan a node's holding placements
+            models.Index(fields=["node", "state"], name="placement_node_state_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.attempt} {self.role}@{self.node_name}"

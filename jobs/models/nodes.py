@@ -1,0 +1,94 @@
+"""The node registry the scheduler allocates from: nodes, their GPUs, and agent tokens."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+
+from django.db import models
+from django.utils import timezone
+
+from ..choices import NodeStatus
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class NodeToken(models.Model):
+    """A node agent's credential. Only its SHA-256 is stored; the token is shown once."""
+
+    name = models.CharField(max_length=63, help_text="The node this token registers")
+    token_hash = models.CharField(max_length=64, unique=True, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["name", "-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({'revoked' if self.revoked_at else 'active'})"
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked_at is None
+
+    @classmethod
+    def mint(cls, name: str) -> tuple[NodeToken, str]:
+        """A new token for `name`; earlier active tokens of that node are revoked."""
+        cls.objects.filter(name=name, revoked_at__isnull=True).update(revoked_at=timezone.now())
+        token = f"sat_{secrets.token_urlsafe(32)}"
+        return cls.objects.create(name=name, token_hash=hash_token(token)), token
+
+    def revoke(self) -> None:
+        self.revoked_at = timezone.now()
+        self.save(update_fields=["revoked_at"])
+
+
+class Node(models.Model):
+    name = models.CharField(max_length=63, unique=True)
+    server_type = models.ForeignKey("jobs.ServerType", on_delete=models.PROTECT, related_name="nodes")
+    address = models.CharField(max_length=255, help_text="Where other nodes reach this one")
+    cpus = models.PositiveIntegerField(default=0)
+    memory_gb = models.PositiveIntegerField(default=0)
+    runtime = models.CharField(max_length=16, default="process")
+    agent_version = models.CharField(max_length=32, blank=True)
+    connected = models.BooleanField(default=False)
+    last_heartbeat_at = models.DateTimeField(null=True, blank=True)
+    lost = models.BooleanField(default=False, help_text="No heartbeat within the grace period")
+    cordoned = models.BooleanField(default=False, help_text="Takes no new placements")
+    cordon_reason = models.CharField(max_length=500, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def status(self, busy: bool | None = None) -> str:
+        """Ready, Busy, Cordoned or Lost; `busy` may be passed in to save a query."""
+        if self.lost:
+            return NodeStatus.LOST
+        if self.cordoned:
+            return NodeStatus.CORDONED
+        if busy is None:
+            busy = self.placements.filter(state__in=["assigned", "preparing", "running"]).exists()
+        return NodeStatus.BUSY if busy else NodeStatus.READY
+
+
+class NodeGPU(models.Model):
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpus")
+    index = models.PositiveSmallIntegerField()
+    uuid = models.CharField(max_length=80)
+    model = models.CharField(max_length=64)
+    memory_gb = models.PositiveIntegerField()
+    healthy = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["node", "index"]
+        constraints = [models.UniqueConstraint(fields=["node", "index"], name="unique_gpu_index_per_node")]
+
+    def __str__(self) -> str:
+        return f"{self.node.name}:{self.index} {self.model}"

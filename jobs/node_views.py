@@ -1,0 +1,50 @@
+"""Node pages for staff: every node with its GPUs, health and what runs there."""
+
+from __future__ import annotations
+
+from django.contrib.admin.views.decorators import staff_member_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from . import nodes
+from .models import Node, Placement
+from .models.attempts import HOLDING_STATES
+
+
+def _busy_node_ids() -> set[int]:
+    return set(Placement.objects.filter(state__in=HOLDING_STATES).values_list("node_id", flat=True))
+
+
+@staff_member_required
+def node_list(request: HttpRequest) -> HttpResponse:
+    busy = _busy_node_ids()
+    rows = [
+        (node, node.status(busy=node.pk in busy))
+        for node in Node.objects.select_related("server_type").prefetch_related("gpus")
+    ]
+    return render(request, "jobs/node_list.html", {"rows": rows})
+
+
+@staff_member_required
+def node_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    node = get_object_or_404(Node.objects.select_related("server_type"), pk=pk)
+    running = (
+        Placement.objects.filter(node=node, state__in=HOLDING_STATES)
+        .select_related("attempt__job__owner")
+    )
+    recent = Placement.objects.filter(node=node).select_related("attempt__job").order_by("-id")[:20]
+    used = {i for p in running for i in p.gpu_indices}
+    return render(request, "jobs/node_detail.html", {
+        "node": node, "status": node.status(), "gpus": node.gpus.all(), "used": used,
+        "running": running, "recent": recent,
+    })
+
+
+@staff_member_required
+@require_POST
+def node_cordon(request: HttpRequest, pk: int) -> HttpResponse:
+    node = get_object_or_404(Node, pk=pk)
+    cordon = request.POST.get("action") == "cordon"
+    nodes.set_cordon(node.pk, cordon, request.POST.get("reason", "").strip() or f"Cordoned by {request.user.username}")
+    return redirect("nodes:detail", pk=node.pk)

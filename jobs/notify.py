@@ -1,0 +1,41 @@
+"""Telling node agents that their desired state changed (through their consumer's group)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.db import transaction
+
+log = logging.getLogger(__name__)
+
+
+def node_group(node_id: int) -> str:
+    return f"node-{node_id}"
+
+
+def _send(node_ids: set[int]) -> None:
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    for node_id in node_ids:
+        try:
+            async_to_sync(layer.group_send)(node_group(node_id), {"type": "node.sync"})
+        except Exception:  # Redis down: the agent's periodic resync heals it
+            log.warning("could not notify node %s", node_id, exc_info=True)
+
+
+def sync_nodes_on_commit(node_ids: Iterable[int | None]) -> None:
+    """After the current transaction commits, make these nodes' agents re-read their desired state."""
+    ids = {node_id for node_id in node_ids if node_id is not None}
+    if ids:
+        transaction.on_commit(lambda: _send(ids))
+
+
+def schedule_on_commit() -> None:
+    """Run the scheduler once the current transaction's changes are visible."""
+    from .tasks import schedule_jobs
+
+    transaction.on_commit(lambda: schedule_jobs.delay())

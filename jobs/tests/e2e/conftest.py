@@ -1,0 +1,96 @@
+"""Fixtures of the end-to-end tests: a real console (daphne), Celery, SeaweedFS and node agents."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+
+from jobs.models import NodeToken
+
+from .stack import Stack, database_url, wait_until
+
+SCRIPTS = Path(__file__).parent / "scripts"
+SCRIPT_BUCKET = "e2e-scripts"
+
+
+@pytest.fixture(scope="module")
+def stack(django_db_setup, django_db_blocker, object_store, tmp_path_factory):
+    """daphne + Celery worker + beat on the test database, for the tests of one module."""
+    env = {
+        **os.environ,
+        **object_store.env(),
+        "DJANGO_SETTINGS_MODULE": "console.settings",
+        "DATABASE_URL": database_url(),
+        "REDIS_URL": settings.REDIS_URL,
+        "CHANNELS_PREFIX": settings.CHANNEL_LAYERS["default"]["CONFIG"]["prefix"],
+        "NODE_LOST_AFTER_SECONDS": "8",
+        "JOB_STOP_GRACE_SECONDS": "5",
+        "SCHEDULER_TICK_SECONDS": "1",
+        "PYTHONUNBUFFERED": "1",
+    }
+    running = Stack(env=env, log_dir=tmp_path_factory.mktemp("stack"))
+    from console.celery import app
+
+    app.control.purge()  # tasks queued by earlier unit tests name rows that no longer exist
+    running.start_console()
+    running.start_workers()
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def e2e_settings(settings, object_store):
+    """The test process reads and writes the same object storage as the stack."""
+    settings.S3_ENDPOINT_URL = object_store.endpoint
+    settings.S3_ACCESS_KEY = object_store.access_key
+    settings.S3_SECRET_KEY = object_store.secret_key
+    return settings
+
+
+@pytest.fixture
+def start_nodes(stack, transactional_db):
+    """Start N agents with simulated GPUs and wait until each one is connected."""
+    from jobs.models import Node
+
+    def start(*names: str, gpus: str = "simulated:8", server_type: str = "g2"):
+        agents = []
+        for name in names:
+            _, token = NodeToken.mint(name)
+            agents.append(stack.agent(name, token, gpus=gpus, server_type=server_type))
+        wait_until(
+            lambda: Node.objects.filter(name__in=names, connected=True).count() == len(names),
+            timeout=30, message=f"nodes {names} to connect",
+        )
+        return agents
+
+    yield start
+    for agent in stack.agents:
+        agent.stop()
+    stack.agents.clear()
+
+
+@pytest.fixture
+def training_script(object_store) -> str:
+    """The DDP training script, uploaded to object storage; returns its s3:// URL."""
+    client = object_store.client()
+    try:
+        client.create_bucket(Bucket=SCRIPT_BUCKET)
+    except client.exceptions.BucketAlreadyOwnedByYou:
+        pass
+    except Exception:
+        pass
+    client.upload_file(str(SCRIPTS / "train_ddp.py"), SCRIPT_BUCKET, "train_ddp.py")
+    return f"s3://{SCRIPT_BUCKET}/train_ddp.py"
+
+
+@pytest.hookimpl(tryfirst=True, hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.when == "call" and report.failed:
+        stack = item.funcargs.get("stack")
+        if stack is not None:
+            report.sections.append(("stack logs", stack.logs()))

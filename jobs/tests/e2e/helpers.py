@@ -1,0 +1,38 @@
+"""Small helpers shared by the end-to-end tests."""
+
+from __future__ import annotations
+
+from jobs import actions
+from jobs.models import TrainingJob
+from monitoring.models import LogLine
+
+from .stack import wait_until
+
+
+def create_job(owner, name: str, command: str, node_count: int = 1, script_url: str = "", **extra) -> TrainingJob:
+    fields = {
+        "name": name, "learning_type": "on_demand", "framework": "pytorch", "framework_version": "2.13.0",
+        "failover_enabled": False, "server_type": "g2", "gpus_per_node": 1, "memory_gb": 256,
+        "node_count": node_count, "shm_size_gb": 8, "image_url": "127.0.0.1:5055/team/trainer:1",
+        "registry_username": "", "volume_mount_path": "", "script_url": script_url, "command": command,
+        **extra,
+    }
+    return actions.create_job(owner, fields, [])
+
+
+def wait_for_status(job_id: int, *statuses: str, timeout: float = 90) -> TrainingJob:
+    def reached():
+        job = TrainingJob.objects.filter(pk=job_id).first()
+        return job if job and job.status in statuses else None
+
+    try:
+        return wait_until(reached, timeout=timeout, message=f"job {job_id} to reach {statuses}")
+    except AssertionError:
+        job = TrainingJob.objects.filter(pk=job_id).first()
+        raise AssertionError(
+            f"job {job_id} is {job.status if job else 'gone'} ({job.status_reason if job else ''}), not {statuses}"
+        ) from None
+
+
+def stream_text(job_id: int, stream: str) -> list[str]:
+    return list(LogLine.objects.filter(job_id=job_id, stream=stream).order_by("attempt", "seq").values_list("text", flat=True))

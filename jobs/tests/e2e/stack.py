@@ -1,0 +1,140 @@
+"""Real processes for end-to-end tests: daphne (console), Celery worker + beat, node agents.
+
+Everything talks over real connections: PostgreSQL (the test database), Redis, SeaweedFS,
+WebSockets between agents and daphne.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from django.conf import settings
+
+from console.services.ports import free_port, wait_for_port
+
+ROOT = Path(settings.BASE_DIR)
+
+
+def database_url() -> str:
+    db = settings.DATABASES["default"]
+    if db["ENGINE"] != "django.db.backends.postgresql":
+        raise RuntimeError("end-to-end tests need PostgreSQL (run them through `make test`)")
+    auth = db["USER"] + (f":{db['PASSWORD']}" if db["PASSWORD"] else "")
+    return f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+
+
+def _stop(process: subprocess.Popen, timeout: float = 15) -> None:
+    if process.poll() is not None:
+        return
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    except ProcessLookupError:
+        pass
+
+
+@dataclass
+class Agent:
+    name: str
+    token: str
+    work_dir: Path
+    log_path: Path
+    args: list[str]
+    env: dict[str, str]
+    process: subprocess.Popen | None = None
+
+    def start(self) -> Agent:
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                self.args, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            )
+        return self
+
+    def stop(self) -> None:
+        if self.process:
+            _stop(self.process)
+
+    def kill(self) -> None:
+        """SIGKILL the agent alone (its training processes live in their own groups)."""
+        if self.process and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+    def output(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+@dataclass
+class Stack:
+    env: dict[str, str]
+    log_dir: Path
+    port: int = field(default_factory=free_port)
+    processes: dict[str, subprocess.Popen] = field(default_factory=dict)
+    agents: list[Agent] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _spawn(self, name: str, args: list[str]) -> None:
+        with open(self.log_dir / f"{name}.log", "ab") as log:
+            self.processes[name] = subprocess.Popen(
+                args, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            )
+
+    def start_console(self) -> None:
+        self._spawn("daphne", [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "console.asgi:application"])
+        wait_for_port(self.port, timeout=30)
+
+    def stop_console(self) -> None:
+        _stop(self.processes.pop("daphne"))
+
+    def start_workers(self) -> None:
+        self._spawn("worker", [sys.executable, "-m", "celery", "-A", "console", "worker", "-P", "threads", "-c", "4", "-l", "info", "--without-mingle", "--without-gossip"])
+        self._spawn("beat", [sys.executable, "-m", "celery", "-A", "console", "beat", "-l", "warning", "-s", str(self.log_dir / "beat-schedule")])
+
+    def agent(self, name: str, token: str, gpus: str = "simulated:8", server_type: str = "g2", extra: tuple[str, ...] = ()) -> Agent:
+        work_dir = self.log_dir / "nodes" / name
+        work_dir.mkdir(parents=True, exist_ok=True)
+        args = [
+            sys.executable, "-m", "nodeagent", "--console", self.url, "--token", token, "--name", name,
+            "--gpus", gpus, "--server-type", server_type, "--work-dir", str(work_dir), "--address", "127.0.0.1",
+            *extra,
+        ]
+        agent = Agent(name, token, work_dir, self.log_dir / f"agent-{name}.log", args, self.env)
+        self.agents.append(agent)
+        return agent.start()
+
+    def stop(self) -> None:
+        for agent in self.agents:
+            agent.stop()
+        for process in self.processes.values():
+            _stop(process)
+
+    def logs(self) -> str:
+        """Every process log, for a failing test's report."""
+        parts = []
+        for path in sorted(self.log_dir.glob("*.log")):
+            text = path.read_text(errors="replace")
+            parts.append(f"===== {path.name} =====\n{text[-6000:]}")
+        return "\n".join(parts)
+
+
+def wait_until(predicate, timeout: float = 60, interval: float = 0.25, message: str = "condition"):
+    """Poll `predicate` until it returns something truthy; raise with `message` on timeout."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {message}")

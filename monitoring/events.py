@@ -1,0 +1,16 @@
+"""Live events of the monitoring app (payload types, group names)."""
+
+from __future__ import annotations
+
+from typing import Literal, TypedDict
+
+
+class LogLinesEvent(TypedDict):
+    type: Literal["log.lines"]
+    stream: str
+    attempt: int
+    lines: list[list]  # [seq, ts (unix seconds), text]
+
+
+def logs_group(job_id: int) -> str:
+    return f"job-{job_id}-logs"

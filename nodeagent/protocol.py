@@ -1,0 +1,166 @@
+"""The wire protocol between node agents and the console: one WebSocket, JSON text frames.
+
+Shared by both ends (the console imports this module; it has no Django import).
+
+Connection: the agent opens `ws(s)://CONSOLE/ws/agent/` with the header
+`Authorization: Bearer <node token>`. A wrong or revoked token is answered with an `error`
+message, then close code 4401; the agent prints the message and exits non-zero.
+
+Agent → console
+  hello        first message: what this node is, and what it still runs
+  heartbeat    every HEARTBEAT_INTERVAL seconds: liveness, and what runs
+  logs         a batch of lines of one stream of one attempt
+  attempt      a state change of one placement (preparing / running / exited)
+Every agent message except hello/heartbeat carries `msg_id`, a number that grows by one per
+message and survives agent restarts (it is kept in the spool). The console answers `ack` with
+the highest msg_id it has stored, in order; the agent drops acknowledged messages from its
+spool and re-sends the rest after a reconnect. The console stores each log line under the
+unique key (job, stream, attempt, seq), so a re-sent line is stored once.
+
+Console → agent
+  welcome      after hello: the node's id, heartbeat interval, object-storage settings
+  desired      the full list of placements that should run on this node (level-triggered:
+               start what is missing, stop what is not listed); sent after hello, on every
+               change, and periodically
+  ack          {upto: msg_id}
+  error        {message}; followed by a close
+"""
+
+from __future__ import annotations
+
+from typing import Literal, NotRequired, TypedDict
+
+PROTOCOL_VERSION = 1
+AGENT_PATH = "/ws/agent/"
+HEARTBEAT_INTERVAL = 3.0  # seconds
+CLOSE_BAD_TOKEN = 4401
+CLOSE_SUPERSEDED = 4409  # another connection of the same node replaced this one
+
+PlacementState = Literal["preparing", "running", "exited"]
+
+
+class GpuInfo(TypedDict):
+    index: int
+    uuid: str
+    model: str
+    memory_gb: int
+
+
+class NodeInfo(TypedDict):
+    name: str
+    server_type: str
+    address: str  # where other nodes reach this one (MASTER_ADDR when it hosts rank 0)
+    gpus: list[GpuInfo]
+    cpus: int
+    memory_gb: int
+    runtime: str  # "process" | "docker"
+    agent_version: str
+
+
+class RunningRef(TypedDict):
+    job_id: int
+    attempt: int
+    role: str
+
+
+class Hello(TypedDict):
+    type: Literal["hello"]
+    protocol: int
+    node: NodeInfo
+    running: list[RunningRef]
+
+
+class Heartbeat(TypedDict):
+    type: Literal["heartbeat"]
+    running: list[RunningRef]
+
+
+class LogBatch(TypedDict):
+    type: Literal["logs"]
+    msg_id: int
+    job_id: int
+    attempt: int
+    stream: str  # the node role: master, worker-1, ...
+    lines: list[list]  # [seq:int, ts:float (unix seconds), text:str]
+
+
+class AttemptUpdate(TypedDict):
+    type: Literal["attempt"]
+    msg_id: int
+    job_id: int
+    attempt: int
+    role: str
+    state: PlacementState
+    exit_code: NotRequired[int | None]  # when exited: the process's code, None if killed
+    signal: NotRequired[int | None]  # when exited by a signal
+    output_url: NotRequired[str]  # s3://bucket/prefix where OUTPUT_DIR was uploaded
+    message: NotRequired[str]  # human-readable detail (e.g. why preparation failed)
+    image_error: NotRequired[bool]  # the image could not be pulled / the registry refused
+
+
+class ObjectStorage(TypedDict):
+    endpoint_url: str
+    access_key: str
+    secret_key: str
+    results_bucket: str
+
+
+class Welcome(TypedDict):
+    type: Literal["welcome"]
+    node_id: int
+    heartbeat_interval: float
+    object_storage: ObjectStorage
+
+
+class Registry(TypedDict):
+    username: str
+    password: str
+
+
+class Placement(TypedDict):
+    """One node's part of one attempt of a job: everything the agent needs to run it."""
+
+    job_id: int
+    job_name: str
+    attempt: int
+    role: str  # master (node rank 0), worker-1, worker-2, ...
+    node_rank: int
+    nnodes: int
+    nproc_per_node: int
+    master_addr: str
+    master_port: int
+    gpu_indices: list[int]
+    command: str
+    script_url: str  # s3://bucket/key or ""
+    image: str
+    registry: Registry | None
+    shm_size_gb: int
+    mount_path: str  # File Storage volume mount path, or ""
+    output_prefix: str  # s3://bucket/prefix for OUTPUT_DIR
+    resume_step: int | None  # CKPT_LAST_STEP when resuming
+    stop_grace_seconds: float
+    env: dict[str, str]
+
+
+class Desired(TypedDict):
+    type: Literal["desired"]
+    placements: list[Placement]
+
+
+class Ack(TypedDict):
+    type: Literal["ack"]
+    upto: int
+
+
+class Error(TypedDict):
+    type: Literal["error"]
+    message: str
+
+
+def placement_key(job_id: int, attempt: int, role: str) -> str:
+    return f"{job_id}/{attempt}/{role}"
+
+
+def stream_role(node_rank: int) -> str:
+    """Log streams are keyed by role, not machine: rank 0 is `master`, then `worker-N`."""
+    return "master" if node_rank == 0 else f"worker-{node_rank}"
