@@ -20,13 +20,14 @@ log = logging.getLogger(__name__)
 SCHEDULER_LOCK_ID = 0x5A1_7A1A
 
 
-def _take_scheduler_lock() -> bool:
-    """A transaction-scoped lock on PostgreSQL; SQLite serialises writers by itself."""
-    if connection.vendor != "postgresql":
-        return True
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [SCHEDULER_LOCK_ID])
-        return bool(cursor.fetchone()[0])
+def _take_scheduler_lock() -> None:
+    """Serialise scheduler runs with a transaction-scoped lock (SQLite serialises writers itself).
+
+    Runs wait rather than skip: a skipped run could miss the change that triggered it.
+    """
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [SCHEDULER_LOCK_ID])
 
 
 def capacity() -> list[NodeSlot]:
@@ -44,8 +45,7 @@ def capacity() -> list[NodeSlot]:
 def schedule_jobs() -> dict:
     """Place waiting jobs on free nodes (gang, FIFO with backfill); idempotent."""
     with transaction.atomic():
-        if not _take_scheduler_lock():
-            return {"skipped": "another scheduler run holds the lock"}
+        _take_scheduler_lock()
         waiting = list(
             TrainingJob.objects.filter(status=JobStatus.PENDING)
             .select_related("server_type").order_by("created_at", "id")

@@ -1,0 +1,186 @@
+"""The console's end of the agent protocol, driven through the real ASGI app and Redis."""
+
+from __future__ import annotations
+
+import functools
+import time
+
+import pytest
+from asgiref.sync import async_to_sync, sync_to_async
+from channels.testing import WebsocketCommunicator
+
+from console.asgi import application
+from jobs import actions, lifecycle
+from jobs.models import Node, NodeToken, Placement, TrainingJob
+from jobs.scheduling import Assignment
+from monitoring.models import LogLine
+from nodeagent.protocol import CLOSE_BAD_TOKEN
+
+from .factories import job_fields
+
+pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)
+
+
+def synced(scenario):
+    """Run an async test body in an event loop of its own (no pytest-asyncio needed)."""
+
+    @functools.wraps(scenario)
+    def test(*args, **kwargs):
+        return async_to_sync(scenario)(*args, **kwargs)
+
+    return test
+
+
+def hello(name: str, gpus: int = 8) -> dict:
+    return {"type": "hello", "protocol": 1, "running": [], "node": {
+        "name": name, "server_type": "g2", "address": "10.0.0.5", "cpus": 96, "memory_gb": 2048,
+        "runtime": "process", "agent_version": "test",
+        "gpus": [{"index": i, "uuid": f"GPU-{name}-{i}", "model": "NVIDIA H100 SXM", "memory_gb": 80} for i in range(gpus)],
+    }}
+
+
+def agent_socket(token: str) -> WebsocketCommunicator:
+    return WebsocketCommunicator(application, "/ws/agent/", headers=[(b"authorization", f"Bearer {token}".encode())])
+
+
+async def connect_node(name: str) -> tuple[WebsocketCommunicator, dict]:
+    _, token = await sync_to_async(NodeToken.mint)(name)
+    socket = agent_socket(token)
+    connected, _ = await socket.connect()
+    assert connected
+    await socket.send_json_to(hello(name))
+    welcome = await socket.receive_json_from(timeout=5)
+    assert welcome["type"] == "welcome"
+    desired = await socket.receive_json_from(timeout=5)
+    assert desired["type"] == "desired"
+    return socket, welcome
+
+
+async def refusal(token: str) -> tuple[dict, int]:
+    socket = agent_socket(token)
+    await socket.connect()
+    message = await socket.receive_json_from(timeout=5)
+    closed = await socket.receive_output(timeout=5)
+    await socket.disconnect()
+    return message, closed["code"]
+
+
+@synced
+async def test_a_wrong_token_is_refused_with_a_readable_message():
+    message, code = await refusal("sat_not-a-real-token")
+    assert message == {"type": "error", "message": "the token is not known to this console"}
+    assert code == CLOSE_BAD_TOKEN
+
+
+@synced
+async def test_a_revoked_token_is_refused():
+    record, token = await sync_to_async(NodeToken.mint)("gpu-01")
+    await sync_to_async(record.revoke)()
+    message, code = await refusal(token)
+    assert message["message"] == "the token of node 'gpu-01' was revoked"
+    assert code == CLOSE_BAD_TOKEN
+
+
+@synced
+async def test_a_token_registers_only_its_own_node():
+    _, token = await sync_to_async(NodeToken.mint)("gpu-01")
+    socket = agent_socket(token)
+    await socket.connect()
+    await socket.send_json_to(hello("gpu-02"))
+    message = await socket.receive_json_from(timeout=5)
+    assert message["message"] == "this token registers node 'gpu-01', not 'gpu-02'"
+    await socket.disconnect()
+
+
+@synced
+async def test_hello_registers_the_node_and_its_gpus():
+    socket, welcome = await connect_node("gpu-01")
+    node = await sync_to_async(Node.objects.get)(name="gpu-01")
+    assert welcome["node_id"] == node.pk
+    assert node.connected and node.address == "10.0.0.5"
+    assert await sync_to_async(node.gpus.count)() == 8
+    assert await sync_to_async(node.status)() == "Ready"
+    await socket.disconnect()
+    await sync_to_async(node.refresh_from_db)()
+    assert not node.connected
+
+
+def _placed_job(owner_name: str = "alice") -> TrainingJob:
+    from .factories import UserFactory
+
+    owner = UserFactory(username=owner_name)
+    job = actions.create_job(owner, job_fields(), [])
+    node = Node.objects.get(name="gpu-01")
+    lifecycle.start_attempt(job.pk, [Assignment(node.pk, node.name, (0,))])
+    return TrainingJob.objects.get(pk=job.pk)
+
+
+@synced
+async def test_the_agent_is_told_what_to_run_and_reports_it_to_completion():
+    socket, _ = await connect_node("gpu-01")
+    job = await sync_to_async(_placed_job)()
+    assert job.status == "Creating"
+    desired = await socket.receive_json_from(timeout=5)
+    [placement] = desired["placements"]
+    assert placement["job_id"] == job.pk and placement["role"] == "master" and placement["gpu_indices"] == [0]
+    assert placement["master_addr"] == "10.0.0.5" and placement["nnodes"] == 1
+
+    for msg_id, state in enumerate(["preparing", "running"], start=1):
+        await socket.send_json_to({"type": "attempt", "msg_id": msg_id, "job_id": job.pk, "attempt": 1, "role": "master", "state": state})
+        assert await socket.receive_json_from(timeout=5) == {"type": "ack", "upto": msg_id}
+    await sync_to_async(job.refresh_from_db)()
+    assert job.status == "Running"
+
+    await socket.send_json_to({"type": "attempt", "msg_id": 3, "job_id": job.pk, "attempt": 1, "role": "master",
+                               "state": "exited", "exit_code": 0, "output_url": f"s3://simpleai-results/jobs/{job.pk}/attempt-1/master/"})
+    await socket.receive_json_from(timeout=5)
+    await sync_to_async(job.refresh_from_db)()
+    assert job.status == "Completed"
+    assert job.result_url == f"s3://simpleai-results/jobs/{job.pk}/attempt-1/"
+    await socket.disconnect()
+
+
+@synced
+async def test_a_resent_log_batch_is_stored_once_and_acked_each_time():
+    socket, _ = await connect_node("gpu-01")
+    job = await sync_to_async(_placed_job)()
+    await socket.receive_json_from(timeout=5)  # desired
+    now = time.time()
+    batch = {"type": "logs", "msg_id": 7, "job_id": job.pk, "attempt": 1, "stream": "master",
+             "lines": [[i, now + i / 1000, f"line {i}"] for i in range(100)]}
+    for _ in range(2):  # a reconnect re-sends what was not acknowledged
+        await socket.send_json_to(batch)
+        assert await socket.receive_json_from(timeout=5) == {"type": "ack", "upto": 7}
+    texts = await sync_to_async(list)(LogLine.objects.filter(job=job).order_by("seq").values_list("text", flat=True))
+    assert texts == [f"line {i}" for i in range(100)]
+    await socket.disconnect()
+
+
+@synced
+async def test_lines_and_reports_of_a_superseded_attempt_are_dropped():
+    socket, _ = await connect_node("gpu-01")
+    job = await sync_to_async(_placed_job)()
+    await socket.receive_json_from(timeout=5)
+    await socket.send_json_to({"type": "logs", "msg_id": 1, "job_id": job.pk, "attempt": 99, "stream": "master", "lines": [[0, time.time(), "ghost"]]})
+    await socket.receive_json_from(timeout=5)
+    await socket.send_json_to({"type": "attempt", "msg_id": 2, "job_id": job.pk, "attempt": 99, "role": "master", "state": "exited", "exit_code": 1})
+    await socket.receive_json_from(timeout=5)
+    assert not await sync_to_async(LogLine.objects.filter(job=job).exists)()
+    await sync_to_async(job.refresh_from_db)()
+    assert job.status == "Creating"
+    await socket.disconnect()
+
+
+@synced
+async def test_a_non_zero_exit_fails_the_job_with_its_reason():
+    socket, _ = await connect_node("gpu-01")
+    job = await sync_to_async(_placed_job)()
+    await socket.receive_json_from(timeout=5)
+    await socket.send_json_to({"type": "attempt", "msg_id": 1, "job_id": job.pk, "attempt": 1, "role": "master", "state": "exited", "exit_code": 2})
+    await socket.receive_json_from(timeout=5)
+    await sync_to_async(job.refresh_from_db)()
+    assert job.status == "Failed"
+    assert job.status_reason == "master on gpu-01 exited with code 2"
+    placement = await sync_to_async(Placement.objects.get)(attempt__job=job)
+    assert placement.state == "exited" and placement.exit_code == 2
+    await socket.disconnect()

@@ -1,0 +1,113 @@
+"""Node registry: tokens, heartbeats and the watchdog, cordon, free-GPU accounting."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.core.management import call_command
+from django.utils import timezone
+
+from jobs import actions, lifecycle, nodes
+from jobs.models import Node, NodeGPU, NodeToken, ServerType, TrainingJob
+from jobs.models.nodes import hash_token
+from jobs.scheduling import Assignment
+from jobs.tasks import capacity, schedule_jobs
+
+from .factories import job_fields
+
+pytestmark = pytest.mark.django_db
+
+
+def make_node(name: str, gpus: int = 8, **fields) -> Node:
+    node = Node.objects.create(
+        name=name, server_type=ServerType.objects.get(name="g2"), address="127.0.0.1",
+        connected=True, last_heartbeat_at=timezone.now(), **fields,
+    )
+    NodeGPU.objects.bulk_create([NodeGPU(node=node, index=i, uuid=f"{name}-{i}", model="H100", memory_gb=80) for i in range(gpus)])
+    return node
+
+
+def test_nodetoken_prints_a_token_once_and_stores_only_its_hash(capsys):
+    call_command("nodetoken", "gpu-01", "--quiet")
+    token = capsys.readouterr().out.strip()
+    record = NodeToken.objects.get(name="gpu-01")
+    assert token.startswith("sat_")
+    assert record.token_hash == hash_token(token) and token not in record.token_hash
+    assert nodes.authenticate(token) == record
+
+
+def test_a_new_token_revokes_the_nodes_old_one():
+    _, old = NodeToken.mint("gpu-01")
+    _, new = NodeToken.mint("gpu-01")
+    with pytest.raises(nodes.AgentRefused, match="revoked"):
+        nodes.authenticate(old)
+    assert nodes.authenticate(new).name == "gpu-01"
+
+
+def test_nodetoken_refuses_an_invalid_name():
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError, match="Invalid node name"):
+        call_command("nodetoken", "Bad Name")
+
+
+def test_free_gpus_exclude_what_placements_hold_and_cordoned_nodes(alice):
+    busy, spare = make_node("gpu-01"), make_node("gpu-02")
+    make_node("gpu-03", cordoned=True, cordon_reason="maintenance")
+    job = actions.create_job(alice, job_fields(gpus_per_node=2, memory_gb=512), [])
+    lifecycle.start_attempt(job.pk, [Assignment(busy.pk, busy.name, (0, 1))])
+    free = {slot.name: slot.free_gpus for slot in capacity()}
+    assert free == {"gpu-01": (2, 3, 4, 5, 6, 7), "gpu-02": tuple(range(8))}
+    assert busy.status() == "Busy" and spare.status() == "Ready"
+
+
+def test_the_scheduler_places_a_waiting_job_and_explains_one_that_cannot_fit(alice, django_capture_on_commit_callbacks):
+    make_node("gpu-01")
+    with django_capture_on_commit_callbacks():
+        small = actions.create_job(alice, job_fields(name="small"), [])
+        big = actions.create_job(alice, job_fields(name="big", gpus_per_node=8, memory_gb=2048, node_count=2), [])
+    schedule_jobs()
+    small.refresh_from_db()
+    big.refresh_from_db()
+    assert small.status == "Creating" and small.current_attempt == 1
+    assert big.status == "Pending"
+    assert big.status_reason == "Waiting for 2 × g2 nodes with 8 free GPUs; 0 available"
+
+
+def test_a_node_without_heartbeats_is_lost_and_its_job_fails(alice, settings):
+    node = make_node("gpu-01")
+    job = actions.create_job(alice, job_fields(), [])
+    lifecycle.start_attempt(job.pk, [Assignment(node.pk, node.name, (0,))])
+    Node.objects.filter(pk=node.pk).update(last_heartbeat_at=timezone.now() - timedelta(seconds=settings.NODE_LOST_AFTER_SECONDS + 1))
+
+    assert nodes.watch_heartbeats() == ["gpu-01"]
+
+    node.refresh_from_db()
+    job = TrainingJob.objects.get(pk=job.pk)
+    assert node.lost and node.status() == "Lost"
+    assert job.status == "Failed"
+    assert job.status_reason == "Node gpu-01 (master) stopped sending heartbeats"
+    assert nodes.watch_heartbeats() == []  # idempotent
+
+
+def test_cordon_takes_a_node_out_of_scheduling(alice):
+    node = make_node("gpu-01")
+    nodes.set_cordon(node.pk, True, "bad fan")
+    node.refresh_from_db()
+    assert node.status() == "Cordoned" and node.cordon_reason == "bad fan"
+    assert capacity() == []
+    nodes.set_cordon(node.pk, False)
+    assert [slot.name for slot in capacity()] == ["gpu-01"]
+
+
+def test_desired_state_lists_only_current_attempts_of_active_jobs(alice):
+    node = make_node("gpu-01")
+    job = actions.create_job(alice, job_fields(registry_username="trainer"), [], registry_password="Reg-Pass-1")
+    lifecycle.start_attempt(job.pk, [Assignment(node.pk, node.name, (3,))])
+    [placement] = nodes.desired_placements(node.pk)
+    assert placement["gpu_indices"] == [3] and placement["command"] == "torchrun train.py"
+    # the decrypted credentials go to the assigned agent only
+    assert placement["registry"] == {"username": "trainer", "password": "Reg-Pass-1"}
+    actions.delete_job(job.pk)  # Running/Creating → Terminating: the agent must stop it
+    assert nodes.desired_placements(node.pk) == []
