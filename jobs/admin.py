@@ -33,20 +33,34 @@ class TrainingJobAdmin(admin.ModelAdmin):
 
 @admin.register(ServerType)
 class ServerTypeAdmin(admin.ModelAdmin):
-    list_display = ["name", "gpu_model", "gpus_per_node", "vcpus", "memory_gb", "on_demand_price_per_gpu_hour", "spot_price_per_gpu_hour"]
-    search_fields = ["name", "gpu_model"]
+    list_display = ["name", "gpu_model", "gpus_per_node", "vcpus", "memory_gb", "infiniband_gbps", "on_demand_price_per_gpu_hour", "spot_price_per_gpu_hour"]
+    list_filter = ["gpu_architecture", "gpus_per_node"]
+    search_fields = ["name", "gpu_model", "description"]
 
 
 @admin.register(JobTag)
 class JobTagAdmin(admin.ModelAdmin):
-    list_display = ["key", "value", "job"]
-    search_fields = ["key", "value", "job__name"]
-    list_select_related = ["job"]
+    list_display = ["key", "value", "job", "owner"]
+    list_filter = ["job__status"]
+    search_fields = ["key", "value", "job__name", "job__owner__username"]
+    list_select_related = ["job__owner"]
+
+    @admin.display(ordering="job__owner__username")
+    def owner(self, tag: JobTag) -> str:
+        return tag.job.owner.username
 
 
 @admin.register(JobStatusChange)
 class JobStatusChangeAdmin(admin.ModelAdmin):
+    """Read-only: history is written by jobs.actions.transition alone, never by hand."""
+
     list_display = ["job", "old_status", "new_status", "reason", "created_at"]
-    list_filter = ["new_status"]
+    list_filter = ["new_status", "old_status", "created_at"]
     search_fields = ["job__name", "reason"]
     list_select_related = ["job"]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False

@@ -1,4 +1,8 @@
-"""The Training Job creation form; its rules live in jobs.validation (shared with the API)."""
+"""The Training Job creation form; its rules live in jobs.validation (shared with the API).
+
+Fields only convert types here (no required/min/max of their own): every rule, a blank
+value included, is answered by jobs.validation so the page and the API say the same thing.
+"""
 
 from __future__ import annotations
 
@@ -6,34 +10,72 @@ from django import forms
 
 from .choices import FRAMEWORK_VERSIONS, Framework, LearningType
 from .models import ServerType, TrainingJob
-from .validation import allocation_for, tags_error, validate_job
+from .validation import (
+    DUPLICATE_NAME_MESSAGE,
+    FRAMEWORK_MESSAGE,
+    INTEGER_MESSAGE,
+    LEARNING_TYPE_MESSAGE,
+    MAX_NODES,
+    SERVER_TYPE_MESSAGE,
+    allocation_for,
+    validate_job,
+)
 
 VERSION_CHOICES = [
     (version, f"{Framework(fw).label} {version}") for fw, versions in FRAMEWORK_VERSIONS.items() for version in versions
 ]
+# marked with a red star on the page; jobs.validation is what enforces them
+REQUIRED_FIELDS = frozenset({
+    "learning_type", "name", "framework", "framework_version", "server_type", "gpus_per_node",
+    "node_count", "shm_size_gb", "image_url", "command",
+})
+
+
+def _integer(label: str, **attrs) -> forms.IntegerField:
+    return forms.IntegerField(
+        required=False, label=label, error_messages={"invalid": INTEGER_MESSAGE},
+        widget=forms.NumberInput(attrs=attrs),
+    )
 
 
 class TrainingJobForm(forms.Form):
     # Required information
-    learning_type = forms.ChoiceField(choices=LearningType.choices, widget=forms.RadioSelect, initial=LearningType.ON_DEMAND)
-    name = forms.CharField(max_length=63, help_text="3–63 lowercase letters, digits, '-' and '.'; starts and ends with a letter or digit.")
-    framework = forms.ChoiceField(choices=Framework.choices, initial=Framework.PYTORCH, label="Distributed framework")
-    framework_version = forms.ChoiceField(choices=VERSION_CHOICES, label="Framework version")
+    learning_type = forms.ChoiceField(
+        choices=LearningType.choices, widget=forms.RadioSelect, initial=LearningType.ON_DEMAND, required=False,
+        error_messages={"invalid_choice": LEARNING_TYPE_MESSAGE},
+    )
+    name = forms.CharField(required=False, help_text="3–63 lowercase letters, digits, '-' and '.'; starts and ends with a letter or digit.")
+    framework = forms.ChoiceField(
+        choices=Framework.choices, initial=Framework.PYTORCH, label="Distributed framework", required=False,
+        error_messages={"invalid_choice": FRAMEWORK_MESSAGE},
+    )
+    framework_version = forms.CharField(required=False, label="Framework version", widget=forms.Select(choices=VERSION_CHOICES))
     # Service information
-    failover_enabled = forms.BooleanField(required=False, label="Use Job Failover")
-    server_type = forms.ModelChoiceField(queryset=ServerType.objects.all(), to_field_name="name", empty_label=None, widget=forms.RadioSelect)
-    gpus_per_node = forms.TypedChoiceField(coerce=int, choices=[], label="Resource allocation")
-    node_count = forms.IntegerField(min_value=1, max_value=64, initial=1, label="Number of nodes")
-    shm_size_gb = forms.IntegerField(min_value=1, initial=64, label="Shared memory (GB)")
+    failover_enabled = forms.BooleanField(
+        required=False, label="Use Job Failover",
+        help_text="Job Failover reallocates the job to healthy nodes after a hardware fault. Spot Training cannot be used with Job Failover.",
+    )
+    server_type = forms.ModelChoiceField(
+        queryset=ServerType.objects.all(), to_field_name="name", empty_label=None, widget=forms.RadioSelect,
+        required=False, error_messages={"invalid_choice": SERVER_TYPE_MESSAGE},
+    )
+    gpus_per_node = forms.IntegerField(
+        required=False, label="Resource allocation", error_messages={"invalid": INTEGER_MESSAGE}, widget=forms.Select,
+    )
+    node_count = _integer("Number of nodes", min=1, max=MAX_NODES)
+    shm_size_gb = _integer("Shared memory (GB)", min=1)
     # AI Training Image
-    image_url = forms.CharField(max_length=255, label="AI Training Image URL")
-    registry_username = forms.CharField(max_length=128, required=False, label="User ID")
-    registry_password = forms.CharField(max_length=256, required=False, label="Password", widget=forms.PasswordInput(render_value=False))
+    image_url = forms.CharField(required=False, label="AI Training Image URL")
+    registry_username = forms.CharField(required=False, label="User ID")
+    registry_password = forms.CharField(required=False, label="Password", widget=forms.PasswordInput(render_value=False))
     # Training command and volume
-    use_storage = forms.BooleanField(required=False, label="Use storage connection")
-    volume_mount_path = forms.CharField(max_length=255, required=False, label="File Storage volume mount path")
-    script_url = forms.CharField(max_length=1024, required=False, label="Training script URL (Object Storage)")
-    command = forms.CharField(max_length=2000, widget=forms.Textarea(attrs={"rows": 4}))
+    use_storage = forms.BooleanField(
+        required=False, label="Use storage connection",
+        help_text="Mount a File Storage volume and read the training script from Object Storage.",
+    )
+    volume_mount_path = forms.CharField(required=False, label="File Storage volume mount path")
+    script_url = forms.CharField(required=False, label="Training script URL (Object Storage)")
+    command = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 4}))
 
     def __init__(self, *args, owner=None, tags=None, **kwargs):
         super().__init__(*args, **kwargs)
@@ -41,35 +83,42 @@ class TrainingJobForm(forms.Form):
         self.tags = tags or []
         self.tag_error: str | None = None
         self.server_types = list(ServerType.objects.all())
-        self.fields["gpus_per_node"].choices = sorted(
+        self.fields["gpus_per_node"].widget.choices = sorted(
             {(a.gpus, f"{a.gpus} GPU") for st in self.server_types for a in st.allocations()}
         )
-        if self.server_types and not self.is_bound:
-            self.initial.setdefault("server_type", self.server_types[0].name)
+        for name in REQUIRED_FIELDS:
+            self.fields[name].show_required = True
+        if not self.is_bound:
+            self.initial.setdefault("node_count", 1)
+            self.initial.setdefault("shm_size_gb", 64)
+            self.initial.setdefault("framework_version", FRAMEWORK_VERSIONS[Framework.PYTORCH][0])
+            if self.server_types:
+                self.initial.setdefault("server_type", self.server_types[0].name)
 
     def clean(self):
         data = super().clean()
-        if error := tags_error(self.tags):
-            self.tag_error = error
-            self.add_error(None, error)
-        if self.errors:
-            return data
-        server_type = data["server_type"]
-        allocation = allocation_for(server_type.info(), data["gpus_per_node"])
-        if allocation is not None:
-            data["memory_gb"] = allocation.memory_gb
+        server_type = data.get("server_type")
+        framework = data.get("framework")
+        if framework in FRAMEWORK_VERSIONS and not data.get("framework_version"):
+            data["framework_version"] = FRAMEWORK_VERSIONS[framework][0]
+        allocation = allocation_for(server_type.info(), data.get("gpus_per_node") or 0) if server_type else None
+        data["memory_gb"] = allocation.memory_gb if allocation else None
         if data.get("use_storage"):
             if not data.get("volume_mount_path"):
                 self.add_error("volume_mount_path", "Enter the mount path of the File Storage volume.")
         else:
             data["volume_mount_path"] = data["script_url"] = ""
-        plain = {**data, "server_type": server_type.name, "tags": self.tags}
-        for field, message in validate_job(plain, {st.name: st.info() for st in self.server_types}).items():
-            if field == "tags":
-                continue  # checked above, even when other fields failed
-            self.add_error(field if field in self.fields else None, message)
-        if data.get("name") and self.owner and TrainingJob.objects.filter(owner=self.owner, name=data["name"]).exists():
-            self.add_error("name", "You already have a Training Job with this name.")
+        plain = {**data, "server_type": server_type.name if server_type else "", "tags": self.tags}
+        errors = validate_job(plain, {st.name: st.info() for st in self.server_types})
+        if "tags" in errors:
+            # shown in the tags area; a non-field error keeps the form invalid
+            self.tag_error = errors.pop("tags")
+            self.add_error(None, self.tag_error)
+        for field, message in errors.items():
+            if field not in self._errors:  # a value that failed its type check has its message already
+                self.add_error(field if field in self.fields else None, message)
+        if "name" not in self._errors and self.owner and TrainingJob.objects.filter(owner=self.owner, name=data["name"]).exists():
+            self.add_error("name", DUPLICATE_NAME_MESSAGE)
         return data
 
     def job_fields(self) -> dict:

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from .catalogue import Allocation
-from .choices import FRAMEWORK_VERSIONS, LearningType
+from .choices import FRAMEWORK_VERSIONS, Framework, LearningType
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9.-]*[a-z0-9]$")
 NAME_CHARS_RE = re.compile(r"^[a-z0-9.-]*$")
@@ -21,6 +21,17 @@ MAX_TAGS = 50
 MAX_TAG_KEY = 128
 MAX_TAG_VALUE = 256
 COMMAND_MIN, COMMAND_MAX = 3, 1024
+# the model's column sizes: longer values must be refused here, not by the database
+MAX_REGISTRY_USERNAME = 128
+MAX_REGISTRY_PASSWORD = 256
+MAX_SCRIPT_URL = 1024
+
+# Messages the form's and the serializer's own field types use, so both answer alike.
+LEARNING_TYPE_MESSAGE = "Choose On-Demand Training or Spot Training."
+FRAMEWORK_MESSAGE = "Choose PyTorch or DeepSpeed."
+SERVER_TYPE_MESSAGE = "Select a server type from the catalogue."
+INTEGER_MESSAGE = "Enter a whole number."
+DUPLICATE_NAME_MESSAGE = "You already have a Training Job with this name."  # checked against the database
 
 # Docker's image reference grammar (distribution/reference), in one expression.
 _DOMAIN_PART = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
@@ -29,7 +40,8 @@ _PATH_PART = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 _NAME = rf"(?:{_DOMAIN}/)?{_PATH_PART}(?:/{_PATH_PART})*"
 _TAG = r"[\w][\w.-]{0,127}"
 _DIGEST = r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}"
-IMAGE_RE = re.compile(rf"^{_NAME}(?::{_TAG})?(?:@{_DIGEST})?$")
+# ASCII: Docker's \w is [A-Za-z0-9_]; fullmatch everywhere, as `$` would accept a trailing newline
+IMAGE_RE = re.compile(rf"{_NAME}(?::{_TAG})?(?:@{_DIGEST})?", re.ASCII)
 BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 
 
@@ -44,17 +56,25 @@ class ServerTypeInfo:
 def name_error(name: str) -> str | None:
     if not 3 <= len(name) <= 63:
         return "Enter 3 to 63 characters."
-    if not NAME_CHARS_RE.match(name):
+    if not NAME_CHARS_RE.fullmatch(name):
         return "Use only lowercase letters, digits, '-' and '.'."
-    if not NAME_RE.match(name):
+    if not NAME_RE.fullmatch(name):
         return "The name must start and end with a lowercase letter or digit."
     return None
+
+
+def learning_type_error(value: str | None) -> str | None:
+    return None if value in LearningType.values else LEARNING_TYPE_MESSAGE
+
+
+def framework_error(value: str | None) -> str | None:
+    return None if value in Framework.values else FRAMEWORK_MESSAGE
 
 
 def image_error(url: str) -> str | None:
     if not url:
         return "Enter the AI Training Image URL."
-    if len(url) > 255 or not IMAGE_RE.match(url):
+    if len(url) > 255 or not IMAGE_RE.fullmatch(url):
         return "Enter a valid image reference, e.g. registry.example.com:5000/team/trainer:1.0."
     return None
 
@@ -64,10 +84,14 @@ def mount_path_error(path: str) -> str | None:
         return None
     if not path.startswith("/"):
         return "Enter an absolute path, e.g. /mnt/data."
-    if len(path) > 255 or ".." in path.split("/") or posixpath.normpath(path) != path.rstrip("/") or "\x00" in path:
-        return "Enter a normalised absolute path without '..', e.g. /mnt/data."
-    if path == "/":
+    if not path.strip("/"):
         return "The volume cannot be mounted at the root directory."
+    # normpath keeps a leading '//' (POSIX allows it to mean something else), so refuse it here
+    if (
+        len(path) > 255 or "\x00" in path or path.startswith("//")
+        or posixpath.normpath(path) != path.rstrip("/")
+    ):
+        return "Enter a normalised absolute path without '..', e.g. /mnt/data."
     return None
 
 
@@ -76,8 +100,10 @@ def script_url_error(url: str) -> str | None:
         return None
     if not url.startswith("s3://"):
         return "Enter an object storage URL of the form s3://bucket/path/to/script.py."
+    if len(url) > MAX_SCRIPT_URL:
+        return f"Enter a URL of at most {MAX_SCRIPT_URL:,} characters."
     bucket, _, key = url[len("s3://"):].partition("/")
-    if not BUCKET_RE.match(bucket):
+    if not BUCKET_RE.fullmatch(bucket):
         return "The bucket name must be 3 to 63 lowercase letters, digits, '-' or '.'."
     if not key or key.endswith("/"):
         return "The URL must name an object (a file), not a bucket or folder."
@@ -88,6 +114,20 @@ def command_error(command: str) -> str | None:
     if not COMMAND_MIN <= len(command.strip()) <= COMMAND_MAX:
         return f"Enter a command of {COMMAND_MIN} to {COMMAND_MAX:,} characters."
     return None
+
+
+def registry_errors(username: str, password: str) -> dict[str, str]:
+    """The user ID is optional; a password goes with it, and each fits its column."""
+    errors: dict[str, str] = {}
+    if len(username) > MAX_REGISTRY_USERNAME:
+        errors["registry_username"] = f"Enter a user ID of at most {MAX_REGISTRY_USERNAME} characters."
+    elif password and not username:
+        errors["registry_username"] = "Enter the registry user ID that goes with this password."
+    if len(password) > MAX_REGISTRY_PASSWORD:
+        errors["registry_password"] = f"Enter a password of at most {MAX_REGISTRY_PASSWORD} characters."
+    elif username and not password:
+        errors["registry_password"] = "Enter the registry password for this user ID."
+    return errors
 
 
 def tags_error(tags: list[Mapping[str, str]]) -> str | None:
@@ -113,7 +153,7 @@ def allocation_for(info: ServerTypeInfo, gpus: int) -> Allocation | None:
 def resource_errors(data: Mapping, info: ServerTypeInfo | None) -> dict[str, str]:
     errors: dict[str, str] = {}
     if info is None:
-        errors["server_type"] = "Select a server type from the catalogue."
+        errors["server_type"] = SERVER_TYPE_MESSAGE
         return errors
     allocation = allocation_for(info, data.get("gpus_per_node") or 0)
     if allocation is None:
@@ -138,12 +178,14 @@ def validate_job(data: Mapping, server_types: Mapping[str, ServerTypeInfo], part
         if message and (not partial or field in data):
             errors.setdefault(field, message)
 
+    check("learning_type", learning_type_error(data.get("learning_type")))
     check("name", name_error(data.get("name", "")))
+    check("framework", framework_error(data.get("framework")))
     if data.get("learning_type") == LearningType.SPOT and data.get("failover_enabled"):
         check("failover_enabled", "Spot Training cannot be used with Job Failover")
     framework = data.get("framework")
     version = data.get("framework_version")
-    if framework in FRAMEWORK_VERSIONS and version and version not in FRAMEWORK_VERSIONS[framework]:
+    if framework in FRAMEWORK_VERSIONS and version not in FRAMEWORK_VERSIONS[framework]:
         offered = ", ".join(FRAMEWORK_VERSIONS[framework])
         check("framework_version", f"Choose a version of the framework: {offered}.")
     nodes = data.get("node_count")
@@ -153,10 +195,8 @@ def validate_job(data: Mapping, server_types: Mapping[str, ServerTypeInfo], part
         for field, message in resource_errors(data, server_types.get(data.get("server_type", ""))).items():
             errors.setdefault(field, message)
     check("image_url", image_error(data.get("image_url", "")))
-    if data.get("registry_username") and not data.get("registry_password"):
-        check("registry_password", "Enter the registry password for this user ID.")
-    if data.get("registry_password") and not data.get("registry_username"):
-        check("registry_username", "Enter the registry user ID that goes with this password.")
+    for field, message in registry_errors(data.get("registry_username", ""), data.get("registry_password", "")).items():
+        check(field, message)
     check("volume_mount_path", mount_path_error(data.get("volume_mount_path", "")))
     check("script_url", script_url_error(data.get("script_url", "")))
     check("command", command_error(data.get("command", "")))

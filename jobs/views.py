@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.contrib import messages
 from django.core.paginator import Paginator
+from django.db import IntegrityError
 from django.db.models import Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -16,7 +17,7 @@ from . import actions
 from .choices import JobStatus, LearningType
 from .forms import TrainingJobForm, tags_from_post
 from .models import ServerType, TrainingJob
-from .validation import tags_error
+from .validation import DUPLICATE_NAME_MESSAGE, tags_error
 
 TABS = {"details": "Details", "monitoring": "Monitoring", "logs": "Logs", "tags": "Tags"}
 
@@ -72,11 +73,15 @@ def job_create(request: HttpRequest) -> HttpResponse:
     tags = tags_from_post(request.POST) if request.method == "POST" else []
     form = TrainingJobForm(request.POST or None, owner=request.user, tags=tags)
     if request.method == "POST" and form.is_valid():
-        job = actions.create_job(
-            request.user, form.job_fields(), tags, form.cleaned_data.get("registry_password", ""),
-        )
-        messages.success(request, f"Training Job {job.name} was created.")
-        return redirect("jobs:list")
+        try:
+            job = actions.create_job(
+                request.user, form.job_fields(), tags, form.cleaned_data.get("registry_password", ""),
+            )
+        except IntegrityError:  # the same name submitted twice at once: the unique constraint decides
+            form.add_error("name", DUPLICATE_NAME_MESSAGE)
+        else:
+            messages.success(request, f"Training Job {job.name} was created.")
+            return redirect("jobs:list")
     return render(request, "jobs/create.html", {
         "form": form,
         "tags": tags,
@@ -85,17 +90,22 @@ def job_create(request: HttpRequest) -> HttpResponse:
     })
 
 
-def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
-    job = _own_job(request, pk)
+def _render_detail(request: HttpRequest, job: TrainingJob, tab: str, tags=None, tag_error: str = "") -> HttpResponse:
     price = hourly_estimate(job.server_type.price_per_gpu_hour(job.learning_type), job.gpus_per_node, job.node_count)
     return render(request, "jobs/detail.html", {
         "job": job,
-        "tags": list(job.tags.all()),
+        "tags": list(job.tags.all()) if tags is None else tags,
+        "tag_error": tag_error,
         "history": list(job.status_changes.all()),
+        "attempts": list(job.attempts.prefetch_related("placements")),
         "hourly_price": price,
-        "tab": request.GET.get("tab", "details") if request.GET.get("tab") in TABS else "details",
+        "tab": tab if tab in TABS else "details",
         "tab_names": TABS.items(),
     })
+
+
+def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    return _render_detail(request, _own_job(request, pk), request.GET.get("tab", "details"))
 
 
 @require_POST
@@ -103,10 +113,10 @@ def job_tags(request: HttpRequest, pk: int) -> HttpResponse:
     job = _own_job(request, pk)
     tags = tags_from_post(request.POST)
     if error := tags_error(tags):
-        messages.error(request, f"Tags not saved: {error}")
-    else:
-        actions.replace_tags(job, tags)
-        messages.success(request, "Tags saved.")
+        # the stored tags stay as they were; the rows just typed are shown again to be corrected
+        return _render_detail(request, job, "tags", tags=tags, tag_error=f"Tags not saved: {error}")
+    actions.replace_tags(job, tags)
+    messages.success(request, "Tags saved.")
     return redirect(f"{job.get_absolute_url()}?tab=tags")
 
 

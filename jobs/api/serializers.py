@@ -10,9 +10,21 @@ from rest_framework import serializers
 
 from workspaces.pricing import hourly_estimate
 
-from ..choices import FRAMEWORK_VERSIONS
+from ..choices import FRAMEWORK_VERSIONS, Framework, LearningType
 from ..models import JobStatusChange, ServerType, TrainingJob
-from ..validation import validate_job
+from ..validation import (
+    DUPLICATE_NAME_MESSAGE,
+    FRAMEWORK_MESSAGE,
+    INTEGER_MESSAGE,
+    LEARNING_TYPE_MESSAGE,
+    allocation_for,
+    validate_job,
+)
+
+
+def _integer(**kwargs) -> serializers.IntegerField:
+    """No bounds of its own (jobs.validation says them) and the form's message for a non-number."""
+    return serializers.IntegerField(allow_null=True, error_messages={"invalid": INTEGER_MESSAGE}, **kwargs)
 
 
 class TagSerializer(serializers.Serializer):
@@ -48,9 +60,21 @@ class StatusChangeSerializer(serializers.ModelSerializer):
 
 
 class TrainingJobSerializer(serializers.ModelSerializer):
-    name = serializers.CharField(allow_blank=True, trim_whitespace=False)
-    server_type = serializers.CharField()
+    name = serializers.CharField(allow_blank=True)
+    learning_type = serializers.ChoiceField(
+        choices=LearningType.choices, default=LearningType.ON_DEMAND,
+        error_messages={"invalid_choice": LEARNING_TYPE_MESSAGE},
+    )
+    framework = serializers.ChoiceField(
+        choices=Framework.choices, default=Framework.PYTORCH, error_messages={"invalid_choice": FRAMEWORK_MESSAGE},
+    )
+    server_type = serializers.CharField(allow_blank=True)
     framework_version = serializers.CharField(required=False, allow_blank=True)
+    gpus_per_node = _integer()
+    # follows from the allocation (GPUs per node) when left out
+    memory_gb = _integer(required=False)
+    node_count = _integer(default=1)
+    shm_size_gb = _integer(default=64)
     image_url = serializers.CharField(allow_blank=True)
     registry_username = serializers.CharField(required=False, allow_blank=True, default="")
     registry_password = serializers.CharField(
@@ -58,7 +82,7 @@ class TrainingJobSerializer(serializers.ModelSerializer):
     )
     volume_mount_path = serializers.CharField(required=False, allow_blank=True, default="")
     script_url = serializers.CharField(required=False, allow_blank=True, default="")
-    command = serializers.CharField(allow_blank=True, trim_whitespace=False)
+    command = serializers.CharField(allow_blank=True)
     tags = TagSerializer(many=True, required=False, default=list)
     has_registry_password = serializers.BooleanField(read_only=True)
     hourly_price = serializers.SerializerMethodField()
@@ -88,13 +112,17 @@ class TrainingJobSerializer(serializers.ModelSerializer):
         if self.instance is not None:
             return self._validate_update(attrs)
         framework = attrs.get("framework")
-        if framework and not attrs.get("framework_version"):
+        if framework in FRAMEWORK_VERSIONS and not attrs.get("framework_version"):
             attrs["framework_version"] = FRAMEWORK_VERSIONS[framework][0]
         server_types = {st.name: st.info() for st in ServerType.objects.all()}
+        info = server_types.get(attrs.get("server_type", ""))
+        if attrs.get("memory_gb") is None and info is not None:
+            allocation = allocation_for(info, attrs.get("gpus_per_node") or 0)
+            attrs["memory_gb"] = allocation.memory_gb if allocation else None
         errors = validate_job(attrs, server_types)
         owner = self.context["request"].user
         if "name" not in errors and TrainingJob.objects.filter(owner=owner, name=attrs["name"]).exists():
-            errors["name"] = "You already have a Training Job with this name."
+            errors["name"] = DUPLICATE_NAME_MESSAGE
         if errors:
             raise serializers.ValidationError(errors)
         return attrs

@@ -2,20 +2,30 @@
 
 from __future__ import annotations
 
+from django.db import IntegrityError
 from django.db.models import Q
-from rest_framework import mixins, status, viewsets
+from rest_framework import mixins, serializers, status, viewsets
+from rest_framework.authentication import SessionAuthentication, TokenAuthentication
 from rest_framework.response import Response
 
 from .. import actions
 from ..models import ServerType, TrainingJob
+from ..validation import DUPLICATE_NAME_MESSAGE
 from .serializers import ServerTypeSerializer, TrainingJobSerializer
+
+# Token first: DRF answers a missing or wrong credential with the first class's challenge,
+# so API clients get 401 + `WWW-Authenticate: Token` instead of a bare 403.
+AUTHENTICATION = [TokenAuthentication, SessionAuthentication]
 
 
 class TrainingJobViewSet(viewsets.ModelViewSet):
+    authentication_classes = AUTHENTICATION
     serializer_class = TrainingJobSerializer
     http_method_names = ["get", "post", "patch", "delete", "head", "options"]
 
     def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):  # drf-spectacular reading the types: no user
+            return TrainingJob.objects.none()
         jobs = (
             TrainingJob.objects.filter(owner=self.request.user)
             .select_related("server_type")
@@ -36,7 +46,10 @@ class TrainingJobViewSet(viewsets.ModelViewSet):
         data = dict(serializer.validated_data)
         tags = data.pop("tags", [])
         password = data.pop("registry_password", "")
-        serializer.instance = actions.create_job(self.request.user, data, tags, password)
+        try:
+            serializer.instance = actions.create_job(self.request.user, data, tags, password)
+        except IntegrityError:  # the same name posted twice at once: the unique constraint decides
+            raise serializers.ValidationError({"name": DUPLICATE_NAME_MESSAGE})
 
     def perform_update(self, serializer):
         if "tags" in serializer.validated_data:
@@ -58,6 +71,7 @@ class TrainingJobViewSet(viewsets.ModelViewSet):
 
 
 class ServerTypeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    authentication_classes = AUTHENTICATION
     serializer_class = ServerTypeSerializer
     queryset = ServerType.objects.all()
     lookup_field = "name"

@@ -3,7 +3,7 @@
 import secrets
 
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
 
 class Command(BaseCommand):
@@ -17,6 +17,11 @@ class Command(BaseCommand):
         if User.objects.filter(is_superuser=True).exists():
             self.stdout.write("An administrator already exists; log in with its password.")
             return
+        if User.objects.filter(username=username).exists():
+            raise CommandError(
+                f"The user '{username}' exists but is not an administrator; "
+                "run with --username NAME to create another one."
+            )
         password = secrets.token_urlsafe(12)
         User.objects.create_superuser(username=username, email="", password=password)
         self.stdout.write(self.style.SUCCESS(

@@ -1,0 +1,95 @@
+"""Personas and helpers of the jobs tests.
+
+Alice owns jobs, Bob is another user (the outsider: her jobs do not exist for him),
+and `staff` manages everything in the Django admin.
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from jobs import actions
+
+from .factories import UserFactory, job_fields
+
+
+@pytest.fixture(autouse=True)
+def fast_password_hashing(settings):
+    """Hash test passwords cheaply: the real hasher costs ~0.3 s a user on a small CI machine."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def alice(db):
+    """The owner: the jobs under test are hers."""
+    return UserFactory(username="alice")
+
+
+@pytest.fixture
+def bob(db):
+    """Another user, with no access to Alice's jobs."""
+    return UserFactory(username="bob")
+
+
+@pytest.fixture
+def staff(db):
+    """A superuser who manages every model in the Django admin."""
+    return UserFactory(username="staff", is_staff=True, is_superuser=True)
+
+
+def _logged_in(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def alice_client(alice) -> Client:
+    """A browser session logged in as Alice."""
+    return _logged_in(alice)
+
+
+@pytest.fixture
+def bob_client(bob) -> Client:
+    """A browser session logged in as Bob."""
+    return _logged_in(bob)
+
+
+@pytest.fixture
+def staff_client(staff) -> Client:
+    """A browser session logged in as the staff user."""
+    return _logged_in(staff)
+
+
+@pytest.fixture
+def alice_api(alice) -> APIClient:
+    """An API client that authenticates as Alice with a DRF token (no session)."""
+    client = APIClient()
+    token, _ = Token.objects.get_or_create(user=alice)
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    return client
+
+
+@pytest.fixture
+def bob_api(bob) -> APIClient:
+    """An API client that authenticates as Bob with a DRF token."""
+    client = APIClient()
+    token, _ = Token.objects.get_or_create(user=bob)
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    return client
+
+
+@pytest.fixture
+def make_job(alice):
+    """Create a job through jobs.actions.create_job: Alice's 1 × g2 job unless told otherwise.
+
+    make_job(name="x", owner=bob, tags=[{"key": "team", "value": "nlp"}], registry_password="s3cret", **fields)
+    """
+
+    def make(owner=None, tags=(), registry_password: str = "", **overrides):
+        return actions.create_job(owner or alice, job_fields(**overrides), list(tags), registry_password)
+
+    return make

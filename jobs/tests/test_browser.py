@@ -1,0 +1,128 @@
+"""One real browser: log in, fill every area of the creation page, confirm, find the job Pending."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.db import connections
+
+from jobs.choices import JobStatus
+from jobs.models import TrainingJob
+
+from .factories import PASSWORD, UserFactory
+
+# Playwright's sync API runs an event loop in this thread; Django's ORM must still be usable here.
+os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+
+sync_api = pytest.importorskip("playwright.sync_api")
+CHROMIUM = "/usr/bin/chromium"
+SCREENSHOTS = Path(settings.BASE_DIR) / "docs" / "screenshots"
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.django_db(transaction=True, serialized_rollback=True),
+]
+
+
+@pytest.fixture
+def page(live_server):
+    """A headless Chromium page; everything it logs to its console is kept for the assertions."""
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM,
+            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+        )
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        page.set_default_timeout(10_000)
+        page.errors = []
+        page.on("pageerror", lambda error: page.errors.append(str(error)))
+        yield page
+        browser.close()
+        # While Playwright's loop runs, the ORM holds its own connection; close it before the
+        # test database is dropped (Django keeps one per running loop, see asgiref.local).
+        connections.close_all()
+
+
+def test_a_user_creates_a_job_in_the_browser(live_server, page):
+    alice = UserFactory(username="alice")
+    expect = sync_api.expect
+
+    page.goto(f"{live_server.url}/login/")
+    page.fill("#id_username", "alice")
+    page.fill("#id_password", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{live_server.url}/")
+
+    page.goto(f"{live_server.url}/jobs/create/")
+    # the stylesheet is served: the summary panel sits beside the form
+    expect(page.locator("#summary")).to_have_css("position", "sticky")
+
+    # Required information
+    page.check("input[name=learning_type][value=on_demand]")
+    page.fill("#id_name", "bert-large.v1")
+    page.select_option("#id_framework", "deepspeed")
+    expect(page.locator("#id_framework_version")).to_have_value("0.18.9")
+    page.select_option("#id_framework_version", "0.17.6")
+    # Service information
+    page.check("#id_failover_enabled")
+    page.check("input[name=server_type][value=g3]")
+    expect(page.locator("#id_gpus_per_node option").first).to_contain_text("at.g3v16b1")
+    page.select_option("#id_gpus_per_node", "2")
+    expect(page.locator("#memory-display")).to_have_text("1,024 GB")
+    page.fill("#id_node_count", "2")
+    page.fill("#id_shm_size_gb", "256")
+    # AI Training Image
+    page.fill("#id_image_url", "nvcr.io/nvidia/pytorch:24.05-py3")
+    page.fill("#id_registry_username", "robot")
+    page.fill("#id_registry_password", "s3cret-pass")
+    # Training command and volume
+    expect(page.locator("#storage-fields")).to_be_hidden()
+    page.check("#id_use_storage")
+    expect(page.locator("#storage-fields")).to_be_visible()
+    page.fill("#id_volume_mount_path", "/mnt/data")
+    page.fill("#id_script_url", "s3://scripts/train.py")
+    page.fill("#id_command", "deepspeed train.py --zero 3")
+    # Tags
+    for key, value in [("team", "nlp"), ("project", "bert")]:
+        page.click("#add-tag")
+        page.locator(".tag-row input[name=tag_key]").last.fill(key)
+        page.locator(".tag-row input[name=tag_value]").last.fill(value)
+
+    # the summary shows every choice and the price: 2 nodes × 2 B300 at 6.40 an hour
+    summary = page.locator("#summary-list")
+    for text in [
+        "On-Demand Training", "bert-large.v1", "DeepSpeed 0.17.6", "Use", "g3", "at.g3v32b2 (2 GPU, 1,024 GB)",
+        "256 GB", "nvcr.io/nvidia/pytorch:24.05-py3", "robot", "/mnt/data", "s3://scripts/train.py",
+        "deepspeed train.py --zero 3",
+    ]:
+        expect(summary).to_contain_text(text)
+    expect(page.locator("#summary-price")).to_have_text("$25.60")
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.evaluate("window.scrollTo(0, 0)")  # the summary is sticky: show it at its place
+    page.screenshot(path=str(SCREENSHOTS / "create-job.png"), full_page=True)
+
+    page.click("#create-button")
+    dialog = page.locator("#confirm-create")
+    expect(dialog).to_be_visible()
+    expect(page.locator("#confirm-name")).to_have_text("bert-large.v1")
+    expect(page.locator("#confirm-price")).to_have_text("$25.60")
+    assert not TrainingJob.objects.exists()  # nothing is created before the confirmation
+    page.click("#confirm-create-button")
+
+    page.wait_for_url(f"{live_server.url}/jobs/")
+    expect(page.locator(".messages")).to_contain_text("Training Job bert-large.v1 was created.")
+    row = page.locator("tr", has_text="bert-large.v1")
+    expect(row.locator(".status")).to_have_text("Pending")
+    expect(row).to_contain_text("2 × 2")
+    expect(row).to_contain_text("team=nlp")
+    page.screenshot(path=str(SCREENSHOTS / "job-list.png"), full_page=True)
+
+    job = TrainingJob.objects.get(owner=alice)
+    assert (job.name, job.status, job.framework_version, job.failover_enabled) == ("bert-large.v1", JobStatus.PENDING, "0.17.6", True)
+    assert (job.server_type.name, job.gpus_per_node, job.memory_gb, job.node_count, job.shm_size_gb) == ("g3", 2, 1024, 2, 256)
+    assert job.registry_password() == "s3cret-pass"
+    assert sorted(job.tags.values_list("key", "value")) == [("project", "bert"), ("team", "nlp")]
+    assert page.errors == []

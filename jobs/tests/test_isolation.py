@@ -1,0 +1,97 @@
+"""Another user's job does not exist for Bob: 404 in pages, API and WebSockets."""
+
+from __future__ import annotations
+
+import pytest
+from asgiref.sync import async_to_sync
+from django.urls import reverse
+
+from jobs.consumers import CLOSE_NOT_FOUND, CLOSE_UNAUTHENTICATED
+from jobs.models import TrainingJob
+
+from .factories import api_payload
+from .ws import job_socket, session_cookie
+
+
+@pytest.fixture
+def alices_job(make_job):
+    """Alice's job, with a tag, that Bob tries to reach."""
+    return make_job(name="alice-secret-run", tags=[{"key": "team", "value": "alice-team"}])
+
+
+def test_bob_gets_404_for_alices_detail_page_and_every_tab(bob_client, alices_job):
+    url = reverse("jobs:detail", args=[alices_job.pk])
+    for tab in ["", "?tab=monitoring", "?tab=logs", "?tab=tags"]:
+        assert bob_client.get(url + tab).status_code == 404
+
+
+def test_bob_cannot_change_alices_tags(bob_client, alices_job):
+    response = bob_client.post(reverse("jobs:tags", args=[alices_job.pk]), {"tag_key": ["x"], "tag_value": ["y"]})
+    assert response.status_code == 404
+    assert list(alices_job.tags.values_list("key", "value")) == [("team", "alice-team")]
+
+
+def test_bob_cannot_delete_alices_job_from_a_page(bob_client, alices_job):
+    assert bob_client.post(reverse("jobs:delete", args=[alices_job.pk])).status_code == 404
+    assert TrainingJob.objects.filter(pk=alices_job.pk).exists()
+
+
+def test_bulk_delete_ignores_alices_ids(bob, bob_client, alices_job, make_job):
+    bobs = make_job(owner=bob, name="bob-run")
+    response = bob_client.post(reverse("jobs:bulk_delete"), {"ids": [alices_job.pk, bobs.pk]}, follow=True)
+    assert "1 Training Job(s) deleted." in response.content.decode()
+    assert TrainingJob.objects.filter(pk=alices_job.pk).exists()
+    assert not TrainingJob.objects.filter(pk=bobs.pk).exists()
+
+
+def test_bulk_delete_of_only_alices_ids_deletes_nothing(bob_client, alices_job):
+    response = bob_client.post(reverse("jobs:bulk_delete"), {"ids": [alices_job.pk]}, follow=True)
+    assert "Select at least one Training Job to delete." in response.content.decode()
+    assert TrainingJob.objects.filter(pk=alices_job.pk).exists()
+
+
+def test_bobs_pages_do_not_show_alices_jobs(bob_client, alices_job):
+    for url in [reverse("jobs:list"), reverse("jobs:list") + "?q=alice", reverse("home")]:
+        html = bob_client.get(url).content.decode()
+        assert "alice-secret-run" not in html and "alice-team" not in html, url
+
+
+def test_bob_gets_404_for_alices_job_in_the_api(bob_api, alices_job):
+    url = f"/api/v1/training-jobs/{alices_job.pk}/"
+    assert bob_api.get(url).status_code == 404
+    assert bob_api.patch(url, {"tags": []}, format="json").status_code == 404
+    assert bob_api.delete(url).status_code == 404
+    assert TrainingJob.objects.filter(pk=alices_job.pk).exists()
+    assert alices_job.tags.count() == 1
+
+
+def test_bobs_api_list_does_not_show_alices_jobs(bob_api, alices_job):
+    for params in [{}, {"search": "alice"}, {"status": "Pending"}]:
+        body = bob_api.get("/api/v1/training-jobs/", params).json()
+        assert body["count"] == 0 and body["results"] == []
+
+
+def test_bob_may_reuse_alices_job_name(bob, bob_api, alices_job):
+    response = bob_api.post("/api/v1/training-jobs/", api_payload(name="alice-secret-run"), format="json")
+    assert response.status_code == 201
+    assert TrainingJob.objects.filter(name="alice-secret-run").count() == 2
+
+
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_the_job_websocket_refuses_bob_and_accepts_alice(alice, bob, make_job):
+    job = make_job()
+    bob_cookie, alice_cookie = session_cookie(bob), session_cookie(alice)
+
+    async def scenario():
+        bobs = job_socket(job.pk, bob_cookie)
+        assert await bobs.connect() == (False, CLOSE_NOT_FOUND)
+        anonymous = job_socket(job.pk, None)
+        assert await anonymous.connect() == (False, CLOSE_UNAUTHENTICATED)
+        missing = job_socket(job.pk + 1000, alice_cookie)
+        assert await missing.connect() == (False, CLOSE_NOT_FOUND)
+        alices = job_socket(job.pk, alice_cookie)
+        connected, _ = await alices.connect()
+        assert connected
+        await alices.disconnect()
+
+    async_to_sync(scenario)()
