@@ -1,0 +1,105 @@
+"""Wiring: probe the GPUs, open the spool, recover, connect, and shut down cleanly."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+from typing import Any
+
+from . import protocol
+from .config import AgentConfig
+from .connection import Connection, TokenRejected
+from .gpus import GpuBackend
+from .logstream import Outbox
+from .runner import RunnerContext
+from .runtimes import Runtime
+from .spool import Spool
+from .storage import Storage, resolve_settings
+from .supervisor import Supervisor
+
+AGENT_VERSION = "0.1.0"
+EXIT_TOKEN_REFUSED = 2
+DRAIN_SECONDS = 5.0  # at shutdown, time for the console to acknowledge the last exit reports
+
+log = logging.getLogger("nodeagent")
+
+
+def node_info(config: AgentConfig, gpus: GpuBackend) -> protocol.NodeInfo:
+    pages = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    return protocol.NodeInfo(
+        name=config.name, server_type=config.server_type, address=config.address, gpus=gpus.gpus(),
+        cpus=os.cpu_count() or 1, memory_gb=round(pages / 2**30), runtime=config.runtime, agent_version=AGENT_VERSION,
+    )
+
+
+class Agent:
+    def __init__(self, config: AgentConfig, gpus: GpuBackend, runtime: Runtime) -> None:
+        self.config, self.gpus = config, gpus
+        config.work_dir.mkdir(parents=True, exist_ok=True)
+        self.spool = Spool(config.work_dir / "spool")
+        self.welcome_storage: protocol.ObjectStorage | None = None
+        self.ctx = RunnerContext(
+            node_name=config.name, work_dir=config.work_dir, runtime=runtime, outbox=Outbox(self.spool),
+            storage=self._storage, default_grace=config.stop_grace,
+        )
+        self.supervisor = Supervisor(self.ctx)
+        self.connection = Connection(
+            config.ws_url, config.token, node_info(config, gpus), self.spool, self.supervisor, on_welcome=self._welcome,
+        )
+
+    def _welcome(self, welcome: protocol.Welcome) -> None:
+        self.welcome_storage = welcome.get("object_storage")
+
+    def _storage(self) -> Storage | None:
+        settings = resolve_settings(os.environ, self.welcome_storage)
+        return Storage(settings) if settings else None
+
+    async def run(self, stop: asyncio.Event | None = None) -> int:
+        """Serve until `stop` is set (SIGTERM/SIGINT) or the token is refused; returns the exit code."""
+        stop = stop or asyncio.Event()
+        recovery = asyncio.create_task(self.supervisor.recover())
+        connection = asyncio.create_task(self.connection.run())
+        stopping = asyncio.create_task(stop.wait())
+        await asyncio.wait({connection, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        stopping.cancel()
+        code = 0
+        if connection.done():
+            exc = connection.exception()
+            if not isinstance(exc, TokenRejected):
+                raise exc or RuntimeError("the connection loop ended")
+            print(
+                f"the console refused this node's token: {exc}. "
+                f"Mint a token with `python manage.py nodetoken {self.config.name}`.",
+                file=sys.stderr, flush=True,
+            )
+            code = EXIT_TOKEN_REFUSED
+        # stop what runs (nothing may be left orphaned), then give the exit reports a chance
+        # to reach the console; what does not is re-sent from the spool by the next agent
+        await recovery
+        await self.supervisor.shutdown()
+        if not connection.done():
+            await self.connection.drain(DRAIN_SECONDS)
+            connection.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await connection
+        self.spool.close()
+        self.gpus.close()
+        return code
+
+
+async def serve(config: AgentConfig, gpus: GpuBackend, runtime: Runtime) -> int:
+    agent = Agent(config, gpus, runtime)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, _on_signal, stop, sig)
+    return await agent.run(stop)
+
+
+def _on_signal(stop: asyncio.Event, sig: Any) -> None:
+    log.info("received %s: stopping the placements and exiting", signal.Signals(sig).name)
+    stop.set()

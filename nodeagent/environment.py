@@ -1,0 +1,71 @@
+"""The training process's environment: one pure function, the contract of DESIGN.md."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from .protocol import Placement
+
+# The directory that makes the concurrent checkpointing library importable
+# (`PYTHONPATH=$CHECKPOINT_VENDOR python train.py`); found from this package, not configured.
+VENDOR_DIR = Path(__file__).resolve().parent / "vendor"
+
+# The agent's own secrets must not reach user code through an inherited environment.
+AGENT_ONLY_VARIABLES = frozenset({"NODEAGENT_TOKEN", "S3_ENDPOINT_URL", "S3_ACCESS_KEY", "S3_SECRET_KEY"})
+
+
+def training_environment(
+    placement: Placement,
+    *,
+    output_dir: Path,
+    base: Mapping[str, str] | None = None,
+    cuda_visible_devices: bool = False,
+    vendor_dir: Path = VENDOR_DIR,
+) -> dict[str, str]:
+    """Everything the command sees.
+
+    `base` is the environment inherited by the process runtime (the agent's own, minus its
+    secrets); the Docker runtime passes none, the image brings its own. The contract wins
+    over `placement.env` so a job cannot break its own rendezvous by accident.
+    `cuda_visible_devices` is set only for real GPUs under the process runtime: in a
+    container the allocated GPUs are renumbered from 0 by the device request.
+    """
+    env = {key: value for key, value in (base or {}).items() if key not in AGENT_ONLY_VARIABLES}
+    if base is not None:
+        # the node's Python environment (the agent's own) comes first, so `python`, `torchrun`
+        # and `deepspeed` in a command resolve to it even when the agent runs from a venv
+        # that was not activated
+        interpreter_bin = str(Path(sys.executable).parent)
+        rest = [p for p in env.get("PATH", os.defpath).split(os.pathsep) if p and p != interpreter_bin]
+        env["PATH"] = os.pathsep.join([interpreter_bin, *rest])
+    env.update(placement.get("env") or {})
+    gpus_per_node = len(placement["gpu_indices"]) or placement["nproc_per_node"]
+    contract = {
+        "PET_NNODES": placement["nnodes"],
+        "PET_NODE_RANK": placement["node_rank"],
+        "PET_NPROC_PER_NODE": placement["nproc_per_node"],
+        "PET_MASTER_ADDR": placement["master_addr"],
+        "PET_MASTER_PORT": placement["master_port"],
+        "MASTER_ADDR": placement["master_addr"],
+        "MASTER_PORT": placement["master_port"],
+        "NNODES": placement["nnodes"],
+        "NODE_RANK": placement["node_rank"],
+        "GPUS_PER_NODE": gpus_per_node,
+        "CHECKPOINT_VENDOR": vendor_dir,
+        "JOB_NAME": placement["job_name"],
+        "JOB_ATTEMPT": placement["attempt"],
+        "OUTPUT_DIR": output_dir,
+        "HF_DATASETS_OFFLINE": 1,
+        "PYTHONUNBUFFERED": 1,  # lines reach the log stream as they are printed
+    }
+    env.update({key: str(value) for key, value in contract.items()})
+    if placement.get("resume_step") is not None:
+        env["CKPT_LAST_STEP"] = str(placement["resume_step"])
+    else:
+        env.pop("CKPT_LAST_STEP", None)  # a stale value from the agent's shell would mean "resume"
+    if cuda_visible_devices:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(index) for index in placement["gpu_indices"])
+    return env

@@ -1,0 +1,114 @@
+"""Reconciliation: the console's desired list → one runner task per placement.
+
+Level-triggered like a kubelet: every `desired` message is the full list, so the same
+message may arrive many times (after each reconnect, every few heartbeats) and must be safe
+to apply again. A placement runs at most once per node: once started it is never started
+again for the same (job, attempt, role), even after it exited or the agent restarted — a
+retry is a new attempt chosen by the console.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Any
+
+from .protocol import Placement, RunningRef, placement_key
+from .runner import Runner, RunnerContext
+from .workdirs import attempt_paths, read_markers, write_marker
+
+log = logging.getLogger(__name__)
+
+
+class Supervisor:
+    def __init__(self, ctx: RunnerContext) -> None:
+        self.ctx = ctx
+        self.runners: dict[str, Runner] = {}
+        self.tasks: dict[str, asyncio.Task[None]] = {}
+        self.finished: set[str] = set()
+
+    def reconcile(self, placements: list[Placement]) -> None:
+        listed: dict[str, Placement] = {}
+        for placement in placements:
+            try:
+                listed[placement_key(placement["job_id"], placement["attempt"], placement["role"])] = placement
+            except (KeyError, TypeError):
+                log.warning("ignored a malformed placement: %r", placement)
+        for key, placement in listed.items():
+            if key in self.runners or key in self.finished:
+                continue
+            if attempt_paths(self.ctx.work_dir, placement).exists():
+                # started by an earlier agent process (recover() has reported how it ended)
+                log.warning("placement %s already ran on this node; not starting it again", key)
+                self.finished.add(key)
+                continue
+            self._start(key, placement)
+        for key, runner in self.runners.items():
+            if key not in listed:
+                runner.request_stop("the console no longer assigns it to this node")
+
+    def _start(self, key: str, placement: Placement) -> None:
+        log.info("starting placement %s", key)
+        runner = Runner(placement, self.ctx)
+        self.runners[key] = runner
+        task = asyncio.create_task(runner.run(), name=f"placement {key}")
+        self.tasks[key] = task
+        task.add_done_callback(lambda _: self._ended(key))
+
+    def _ended(self, key: str) -> None:
+        self.runners.pop(key, None)
+        self.tasks.pop(key, None)
+        self.finished.add(key)
+        log.info("placement %s ended", key)
+
+    def running(self) -> list[RunningRef]:
+        """Placements this agent is responsible for now (preparing, running or stopping)."""
+        return [
+            RunningRef(job_id=r.placement["job_id"], attempt=r.placement["attempt"], role=r.placement["role"])
+            for r in self.runners.values()
+        ]
+
+    async def shutdown(self, reason: str = "the node agent is shutting down") -> None:
+        """Stop every placement (SIGTERM → grace → SIGKILL) and wait for their exit reports."""
+        for runner in list(self.runners.values()):
+            runner.request_stop(reason)
+        if self.tasks:
+            await asyncio.gather(*self.tasks.values(), return_exceptions=True)
+
+    async def recover(self) -> None:
+        """After an agent restart: stop commands an earlier agent started and report them exited.
+
+        The earlier agent's pipes are gone, so such a command can no longer be watched or have
+        its output shipped; it is stopped (it may be holding GPUs) and the console hears that
+        the placement ended, so it can fail the attempt over instead of waiting for it.
+        Runs beside the connection (a grace period must not delay the node's hello); the
+        keys are marked finished first, so a `desired` arriving meanwhile never restarts them.
+        """
+        left = [
+            (path, marker) for path, marker in read_markers(self.ctx.work_dir)
+            if marker.get("state") != "exited" and {"job_id", "attempt", "role"} <= marker.keys()
+        ]
+        for _, marker in left:
+            self.finished.add(placement_key(marker["job_id"], marker["attempt"], marker["role"]))
+        await asyncio.gather(*(self._recover_one(path, marker) for path, marker in left))
+
+    async def _recover_one(self, path: Path, marker: dict[str, Any]) -> None:
+        key = placement_key(marker["job_id"], marker["attempt"], marker["role"])
+        grace = float(marker.get("grace", self.ctx.default_grace))
+        if marker.get("runtime") == self.ctx.runtime.name and marker.get("execution"):
+            log.warning("stopping placement %s left running by an earlier agent process", key)
+            try:
+                await self.ctx.runtime.kill_orphan(marker["execution"], grace)
+            except Exception:  # the report below matters more than a failed stop
+                log.exception("could not stop placement %s", key)
+        self._report_lost(marker)
+        write_marker(path, {**marker, "state": "exited"})
+
+    def _report_lost(self, marker: dict[str, Any]) -> None:
+        placement: Any = {"job_id": marker["job_id"], "attempt": marker["attempt"], "role": marker["role"]}
+        self.ctx.outbox.attempt(
+            placement, "exited", exit_code=None, signal=None,
+            message="the node agent restarted while this placement was "
+            f"{marker.get('state', 'running')}; its command was stopped",
+        )

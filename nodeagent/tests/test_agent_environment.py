@@ -1,0 +1,61 @@
+"""The training environment contract (DESIGN.md, "Contracts")."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from nodeagent.environment import VENDOR_DIR, training_environment
+from nodeagent.tests.agent_support import make_placement
+
+
+def test_it_sets_the_whole_contract_for_a_worker():
+    placement = make_placement(
+        node_rank=2, role="worker-2", nnodes=3, nproc_per_node=8, master_addr="10.0.0.5", master_port=29400,
+        gpu_indices=[0, 1, 2, 3, 4, 5, 6, 7], attempt=4, job_name="llama", env={"MY_SETTING": "x"},
+    )
+    env = training_environment(placement, output_dir=Path("/w/out"))
+    assert env == {
+        "PET_NNODES": "3", "PET_NODE_RANK": "2", "PET_NPROC_PER_NODE": "8",
+        "PET_MASTER_ADDR": "10.0.0.5", "PET_MASTER_PORT": "29400",
+        "MASTER_ADDR": "10.0.0.5", "MASTER_PORT": "29400", "NNODES": "3", "NODE_RANK": "2", "GPUS_PER_NODE": "8",
+        "CHECKPOINT_VENDOR": str(VENDOR_DIR), "JOB_NAME": "llama", "JOB_ATTEMPT": "4", "OUTPUT_DIR": "/w/out",
+        "HF_DATASETS_OFFLINE": "1", "PYTHONUNBUFFERED": "1", "MY_SETTING": "x",
+    }
+
+
+def test_the_vendor_directory_is_the_package_s_own():
+    assert Path(__file__).resolve().parents[1] / "vendor" == VENDOR_DIR
+    assert VENDOR_DIR.is_absolute()
+
+
+def test_ckpt_last_step_only_when_resuming():
+    assert training_environment(make_placement(resume_step=1200), output_dir=Path("/o"))["CKPT_LAST_STEP"] == "1200"
+    assert training_environment(make_placement(resume_step=0), output_dir=Path("/o"))["CKPT_LAST_STEP"] == "0"
+    inherited = {"CKPT_LAST_STEP": "99"}  # left in the agent's shell: must not mean "resume"
+    assert "CKPT_LAST_STEP" not in training_environment(make_placement(resume_step=None), output_dir=Path("/o"), base=inherited)
+
+
+def test_cuda_visible_devices_only_for_real_gpus():
+    placement = make_placement(gpu_indices=[2, 3])
+    assert training_environment(placement, output_dir=Path("/o"), cuda_visible_devices=True)["CUDA_VISIBLE_DEVICES"] == "2,3"
+    assert "CUDA_VISIBLE_DEVICES" not in training_environment(placement, output_dir=Path("/o"))
+
+
+def test_it_keeps_the_inherited_environment_but_not_the_agent_s_secrets():
+    base = {"PATH": "/usr/bin", "NODEAGENT_TOKEN": "t", "S3_SECRET_KEY": "s", "S3_ACCESS_KEY": "a"}
+    env = training_environment(make_placement(), output_dir=Path("/o"), base=base)
+    assert env["PATH"].endswith(":/usr/bin")
+    assert not {"NODEAGENT_TOKEN", "S3_SECRET_KEY", "S3_ACCESS_KEY"} & env.keys()
+
+
+def test_the_contract_wins_over_the_job_s_own_variables():
+    env = training_environment(make_placement(env={"MASTER_PORT": "1", "EXTRA": "y"}), output_dir=Path("/o"))
+    assert env["MASTER_PORT"] == "29500" and env["EXTRA"] == "y"
+
+
+def test_the_agents_own_python_comes_first_on_path_under_the_process_runtime():
+    import sys
+
+    env = training_environment(make_placement(), output_dir=Path("/tmp/out"), base={"PATH": "/usr/bin:/bin"})
+    assert env["PATH"].split(":") == [str(Path(sys.executable).parent), "/usr/bin", "/bin"]
+    assert "PATH" not in training_environment(make_placement(), output_dir=Path("/tmp/out"), base=None)
