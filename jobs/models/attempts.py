@@ -17,9 +17,16 @@ class PlacementState(models.TextChoices):
 HOLDING_STATES = (PlacementState.ASSIGNED, PlacementState.PREPARING, PlacementState.RUNNING)
 
 
+class AttemptKind(models.TextChoices):
+    INITIAL = "initial"
+    FAILOVER = "failover"  # placed again after a hardware fault or a lost node
+    SPOT_RESUME = "spot_resume"  # placed again after a spot interruption
+
+
 class JobAttempt(models.Model):
     job = models.ForeignKey("jobs.TrainingJob", on_delete=models.CASCADE, related_name="attempts")
     number = models.PositiveIntegerField()
+    kind = models.CharField(max_length=16, choices=AttemptKind.choices, default=AttemptKind.INITIAL)
     master_addr = models.CharField(max_length=255)
     master_port = models.PositiveIntegerField()
     resume_step = models.IntegerField(null=True, blank=True)
@@ -27,6 +34,8 @@ class JobAttempt(models.Model):
     running_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
     cause = models.CharField(max_length=500, blank=True, help_text="Why this attempt ended")
+    # seconds of training redone or waited for because of how the previous attempt ended
+    lost_seconds = models.FloatField(default=0)
 
     class Meta:
         ordering = ["job", "number"]

@@ -91,6 +91,11 @@ class TrainingJob(models.Model):
     # number of the attempt that may run now; messages of any other attempt are fenced off
     current_attempt = models.PositiveIntegerField(default=0)
     result_url = models.CharField(max_length=1024, blank=True, help_text="Where OUTPUT_DIR was uploaded")
+    failover_count = models.PositiveSmallIntegerField(default=0, help_text="Failovers so far (at most 3)")
+    # warm pool: how long the nodes stay warm after the job ends, and how this job started
+    keep_alive_minutes = models.PositiveSmallIntegerField(default=10)
+    started_warm = models.BooleanField(null=True, blank=True, help_text="None until placed")
+    warm_note = models.CharField(max_length=300, blank=True, help_text="Why it started warm, or why not")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
