@@ -11,7 +11,7 @@ import logging
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from monitoring import ingest
+from monitoring import ingest, metrics_ingest
 from nodeagent import protocol
 
 from . import lifecycle, nodes
@@ -67,6 +67,18 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
             await self.send_json(protocol.Ack(type="ack", upto=content["msg_id"]))
         elif kind == "attempt":
             await self._attempt(content)
+        elif kind == "metrics":
+            # like logs: off the shared DB thread, stored once, then acknowledged
+            await database_sync_to_async(metrics_ingest.store_metrics, thread_sensitive=False)(self.node_id, content)
+            await self.send_json(protocol.Ack(type="ack", upto=content["msg_id"]))
+        elif kind == "fault":
+            await database_sync_to_async(nodes.record_fault)(self.node_id, content)
+            await self.send_json(protocol.Ack(type="ack", upto=content["msg_id"]))
+        elif kind == "checkpoint":
+            await database_sync_to_async(lifecycle.record_checkpoint)(
+                content["job_id"], content["attempt"], int(content["step"]), content.get("url", ""),
+            )
+            await self.send_json(protocol.Ack(type="ack", upto=content["msg_id"]))
         else:
             log.warning("node %s sent an unknown message type %r", self.node_id, kind)
 
@@ -84,6 +96,7 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
         await self.send_json(protocol.Welcome(
             type="welcome", node_id=node.pk, heartbeat_interval=protocol.HEARTBEAT_INTERVAL,
             object_storage=await database_sync_to_async(nodes.object_storage_settings)(),
+            fence_after_seconds=nodes.fence_after_seconds(),
         ))
         await self._send_desired()
 
@@ -112,3 +125,6 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
 
     async def node_sync(self, event: dict) -> None:
         await self._send_desired()
+
+    async def node_inject(self, event: dict) -> None:
+        await self.send_json(event["message"])

@@ -19,6 +19,11 @@ DEGRADING_XIDS = frozenset({63, 92})  # pending remap / high single-bit rate: dr
 APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68, 109})  # caused by the program, not the GPU
 
 HARDWARE_LOG_PATTERNS = (re.compile(r"uncorrectable ECC error encountered", re.I),)
+# A rank that lost its peers fails with one of these; the peer's node decides who is to blame.
+PEER_FAILURE_PATTERNS = (
+    re.compile(r"Connection (closed|reset) by peer|DistNetworkError|RendezvousClosedError|"
+               r"gloo/transport|NCCL (error|communicator was aborted)|ProcessGroupGloo|watchdog caught collective", re.I),
+)
 USER_LOG_PATTERNS = (
     (re.compile(r"CUDA out of memory", re.I), "CUDA out of memory"),
     (re.compile(r"command not found|No such file or directory", re.I), "command not found"),
@@ -60,6 +65,7 @@ class ExitEvidence:
     node_name: str = ""
     log_tail: tuple[str, ...] = ()
     hardware: tuple[HardwareEvent, ...] = ()
+    peers_down: tuple[str, ...] = ()  # other nodes of the attempt that are disconnected or lost
 
 
 @dataclass(frozen=True)
@@ -110,6 +116,10 @@ def classify(evidence: ExitEvidence) -> Decision:
             return Decision(Verdict.HARDWARE, "hardware fault: the log says: " + line.strip(), (line.strip(),))
     if evidence.exit_code == 0 and not evidence.signal:
         return Decision(Verdict.SUCCESS, "exited with code 0")
+    if evidence.peers_down:
+        return Decision(Verdict.INFRA, f"node {', '.join(evidence.peers_down)} of this job stopped answering")
+    if any(p.search(line) for line in evidence.log_tail for p in PEER_FAILURE_PATTERNS):
+        return Decision(Verdict.AMBIGUOUS, "a distributed peer failed; checking the other nodes")
     app_xids = [e.describe() for e in evidence.hardware if e.kind == "xid" and e.xid in APPLICATION_XIDS]
     user_cause = _first_match(evidence.log_tail, USER_LOG_PATTERNS)
     if evidence.signal and not user_cause:
@@ -126,12 +136,15 @@ def classify(evidence: ExitEvidence) -> Decision:
     return Decision(Verdict.USER, f"no hardware fault signal: {detail}", tuple(app_xids))
 
 
-def recheck(first: Decision, later_hardware: tuple[HardwareEvent, ...], node_alive: bool, node_name: str) -> Decision:
-    """An ambiguous kill, looked at again after a few seconds: evidence or a dead node → failover."""
+def recheck(first: Decision, later_hardware: tuple[HardwareEvent, ...], node_alive: bool, node_name: str,
+            peers_down: tuple[str, ...] = ()) -> Decision:
+    """An ambiguous stop, looked at again after a few seconds: evidence or a dead node → failover."""
     if first.verdict is not Verdict.AMBIGUOUS:
         return first
     if not node_alive:
         return Decision(Verdict.INFRA, f"{first.reason}; node {node_name} is gone")
+    if peers_down:
+        return Decision(Verdict.INFRA, f"{first.reason}; node {', '.join(peers_down)} stopped answering")
     faults = [e for e in later_hardware if is_hardware_fault(e)]
     if faults:
         return Decision(Verdict.HARDWARE, "hardware fault: " + "; ".join(e.describe() for e in faults),

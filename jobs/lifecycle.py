@@ -6,32 +6,47 @@ through `actions.transition`.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 
 from django.db import transaction
 from django.utils import timezone
 
-from . import actions
+from . import actions, console_log, failover
 from .choices import JobStatus
 from .models import JobAttempt, Node, Placement, PlacementState, TrainingJob
-from .models.attempts import HOLDING_STATES
+from .models.attempts import HOLDING_STATES, AttemptKind
 from .notify import schedule_on_commit, sync_nodes_on_commit
 from .scheduling import Assignment, master_port
 
 log = logging.getLogger(__name__)
 
 
+KIND_BY_STATUS = {
+    JobStatus.PENDING: AttemptKind.INITIAL,
+    JobStatus.FAILOVER_IN_PROGRESS: AttemptKind.FAILOVER,
+    JobStatus.SPOT_INTERRUPTED: AttemptKind.SPOT_RESUME,
+}
+
+
 @transaction.atomic
 def start_attempt(job_id: int, assignments: list[Assignment]) -> JobAttempt | None:
-    """Create the next attempt of a waiting job on these nodes and move it to Creating."""
+    """Create the next attempt of a waiting job on these nodes and move it to Creating.
+
+    A failed-over or interrupted job resumes from its newest committed checkpoint
+    (CKPT_LAST_STEP), and each of its streams gets a marker line that says why and where.
+    """
     job = TrainingJob.objects.select_for_update().filter(pk=job_id).first()
-    if job is None or job.status != JobStatus.PENDING:
+    if job is None or job.status not in KIND_BY_STATUS:
         return None  # deleted or moved on since the scheduler looked
+    kind = KIND_BY_STATUS[job.status]
+    previous = JobAttempt.objects.filter(job=job, number=job.current_attempt).first()
     number = job.current_attempt + 1
     master = Node.objects.get(pk=assignments[0].node_id)
     attempt = JobAttempt.objects.create(
-        job=job, number=number, master_addr=master.address, master_port=master_port(job.pk, number),
+        job=job, number=number, kind=kind, master_addr=master.address, master_port=master_port(job.pk, number),
+        resume_step=job.checkpoint_step if kind != AttemptKind.INITIAL else None,
     )
     Placement.objects.bulk_create([
         Placement(
@@ -43,14 +58,26 @@ def start_attempt(job_id: int, assignments: list[Assignment]) -> JobAttempt | No
     job.current_attempt = number
     job.save(update_fields=["current_attempt", "updated_at"])
     nodes = ", ".join(a.node_name for a in assignments)
-    actions.transition(job.pk, JobStatus.CREATING, f"Attempt {number} placed on {nodes}; preparing the environment")
+    if kind == AttemptKind.INITIAL:
+        reason = f"Attempt {number} placed on {nodes}; preparing the environment"
+    else:
+        resume = f"checkpoint step {attempt.resume_step}" if attempt.resume_step is not None else "the start (no checkpoint was committed)"
+        label = "Failover" if kind == AttemptKind.FAILOVER else "Spot resume"
+        reason = f"{label}: attempt {number} placed on {nodes}, resuming from {resume}"
+        cause = previous.cause if previous else ""
+        for rank, a in enumerate(assignments):
+            console_log.write(job.pk, "master" if rank == 0 else f"worker-{rank}", number,
+                              f"[{label.upper()}] ==== attempt {number - 1} was interrupted ({cause}); "
+                              f"attempt {number} on node {a.node_name}, resuming from {resume} ====", opening=True)
+    actions.transition(job.pk, JobStatus.CREATING, reason)
     sync_nodes_on_commit(a.node_id for a in assignments)
     return attempt
 
 
 def set_waiting_reason(job_id: int, reason: str) -> None:
     """A waiting job's reason changes without a status change (no history row)."""
-    TrainingJob.objects.filter(pk=job_id, status=JobStatus.PENDING).exclude(status_reason=reason).update(
+    # a failover keeps its decision as the reason; the history has the rest
+    TrainingJob.objects.filter(pk=job_id, status__in=[JobStatus.PENDING, JobStatus.SPOT_INTERRUPTED]).exclude(status_reason=reason).update(
         status_reason=reason, updated_at=timezone.now(),
     )
 
@@ -100,18 +127,27 @@ def record_placement(report: PlacementReport, node_id: int) -> str:
 
 def _maybe_running(job: TrainingJob) -> None:
     placements = Placement.objects.filter(attempt__job=job, attempt__number=job.current_attempt)
-    if job.status == JobStatus.CREATING and all(p.state == PlacementState.RUNNING for p in placements):
-        JobAttempt.objects.filter(job=job, number=job.current_attempt).update(running_at=timezone.now())
-        actions.transition(job.pk, JobStatus.RUNNING, "The command runs on every node")
+    if job.status != JobStatus.CREATING or not all(p.state == PlacementState.RUNNING for p in placements):
+        return
+    now = timezone.now()
+    attempt = JobAttempt.objects.get(job=job, number=job.current_attempt)
+    attempt.running_at = now
+    attempt.lost_seconds = _time_lost(job, attempt, now)
+    attempt.save(update_fields=["running_at", "lost_seconds"])
+    actions.transition(job.pk, JobStatus.RUNNING, "The command runs on every node")
 
 
-def _describe_exit(placement: Placement) -> str:
-    where = f"{placement.role} on {placement.node_name}"
-    if placement.exit_signal:
-        return f"{where} was killed by signal {placement.exit_signal}"
-    if placement.exit_code is None:
-        return f"{where} ended without an exit code"
-    return f"{where} exited with code {placement.exit_code}"
+def _time_lost(job: TrainingJob, attempt: JobAttempt, now) -> float:
+    """Work redone since the resumed checkpoint, plus the time without a running attempt."""
+    if attempt.kind == AttemptKind.INITIAL:
+        return 0.0
+    previous = JobAttempt.objects.filter(job=job, number=attempt.number - 1).first()
+    if previous is None:
+        return 0.0
+    progress_since = previous.running_at or previous.created_at
+    if job.checkpoint_at and job.checkpoint_at > progress_since and attempt.resume_step is not None:
+        progress_since = job.checkpoint_at
+    return max(0.0, (now - progress_since).total_seconds())
 
 
 def _end_attempt(job: TrainingJob, cause: str) -> None:
@@ -123,19 +159,13 @@ def _end_attempt(job: TrainingJob, cause: str) -> None:
 def _after_exit(job: TrainingJob, placement: Placement, report: PlacementReport) -> None:
     placements = list(Placement.objects.filter(attempt__job=job, attempt__number=job.current_attempt))
     still_holding = [p for p in placements if p.state in HOLDING_STATES]
-    node_ids = [p.node_id for p in placements]
     schedule_on_commit()  # GPUs were freed
     if job.status == JobStatus.TERMINATING:
         if not still_holding:
             actions.remove_job(job)
         return
     if job.status not in (JobStatus.CREATING, JobStatus.RUNNING):
-        return  # already decided (e.g. Failed); this is one of the other nodes stopping
-    if report.image_error:
-        _end_attempt(job, report.message)
-        actions.transition(job.pk, JobStatus.IMAGE_PULL_BACKOFF, report.message or "The image could not be pulled")
-        sync_nodes_on_commit(node_ids)
-        return
+        return  # already decided (Failed, failover, paused); this is another node stopping
     if placement.exit_code == 0 and not placement.exit_signal:
         if still_holding:
             return
@@ -146,9 +176,21 @@ def _after_exit(job: TrainingJob, placement: Placement, report: PlacementReport)
             _end_attempt(job, "Completed")
             actions.transition(job.pk, JobStatus.COMPLETED, "Every node's command exited with code 0")
         return
-    cause = _describe_exit(placement)
-    if placement.message:
-        cause += f": {placement.message}"
-    _end_attempt(job, cause)
-    actions.transition(job.pk, JobStatus.FAILED, cause + ("; the other nodes were stopped" if len(placements) > 1 else ""))
-    sync_nodes_on_commit(node_ids)
+    evidence = failover.evidence_for(placement)
+    if report.image_error:
+        evidence = dataclasses.replace(evidence, image_error=True, image_message=report.message)
+    elif placement.message and not evidence.log_tail:
+        evidence = dataclasses.replace(evidence, log_tail=(placement.message,))
+    failover.interrupted(job, placement, evidence)
+
+
+@transaction.atomic
+def record_checkpoint(job_id: int, attempt: int, step: int, url: str) -> str:
+    """A checkpoint commit from an agent; only the current attempt may move it (fencing)."""
+    job = TrainingJob.objects.select_for_update().filter(pk=job_id).first()
+    if job is None or job.current_attempt != attempt:
+        return "stale"
+    if job.checkpoint_step is None or step > job.checkpoint_step:
+        job.checkpoint_step, job.checkpoint_url, job.checkpoint_at = step, url, timezone.now()
+        job.save(update_fields=["checkpoint_step", "checkpoint_url", "checkpoint_at", "updated_at"])
+    return "ok"

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from django.contrib import messages
 from django.contrib.admin.views.decorators import staff_member_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
+
+from nodeagent.protocol import FAULT_KINDS
 
 from . import nodes
 from .models import Node, Placement
@@ -38,6 +41,7 @@ def node_detail(request: HttpRequest, pk: int) -> HttpResponse:
     return render(request, "jobs/node_detail.html", {
         "node": node, "status": node.status(), "gpus": node.gpus.all(), "used": used,
         "running": running, "recent": recent,
+        "hardware_events": node.hardware_events.all()[:50], "fault_kinds": FAULT_KINDS,
     })
 
 
@@ -47,4 +51,29 @@ def node_cordon(request: HttpRequest, pk: int) -> HttpResponse:
     node = get_object_or_404(Node, pk=pk)
     cordon = request.POST.get("action") == "cordon"
     nodes.set_cordon(node.pk, cordon, request.POST.get("reason", "").strip() or f"Cordoned by {request.user.username}")
+    return redirect("nodes:detail", pk=node.pk)
+
+
+@staff_member_required
+@require_POST
+def node_inject_fault(request: HttpRequest, pk: int) -> HttpResponse:
+    """The node page's fault injection form (simulated GPUs)."""
+    node = get_object_or_404(Node, pk=pk)
+    gpu = request.POST.get("gpu_index", "")
+    xid = request.POST.get("xid", "")
+    try:
+        nodes.inject_fault(node.pk, request.POST.get("kind", ""), int(gpu) if gpu.isdigit() else None,
+                           int(xid) if xid.isdigit() else None, "injected from the node page")
+        messages.success(request, f"Fault sent to {node.name}.")
+    except ValueError as exc:
+        messages.error(request, f"Fault not sent: {exc}")
+    return redirect("nodes:detail", pk=node.pk)
+
+
+@staff_member_required
+@require_POST
+def node_reclaim(request: HttpRequest, pk: int) -> HttpResponse:
+    node = get_object_or_404(Node, pk=pk)
+    count = nodes.reclaim_from_spot(node.pk, f"node {node.name} reclaimed by {request.user.username}")
+    messages.success(request, f"{count} spot job(s) interrupted; {node.name} is cordoned.")
     return redirect("nodes:detail", pk=node.pk)

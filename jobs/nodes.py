@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
@@ -11,13 +11,15 @@ from django.db.models import Q
 from django.utils import timezone
 
 from nodeagent import protocol
+from workspaces.agent_hints import add_warm_pool_hints
 
-from . import actions
+from . import actions, failover
 from .choices import JobStatus
-from .models import Node, NodeGPU, NodeToken, Placement, PlacementState, ServerType, TrainingJob
+from .models import HardwareEvent, Node, NodeGPU, NodeToken, Placement, PlacementState, ServerType, TrainingJob
 from .models.attempts import HOLDING_STATES
 from .models.nodes import hash_token
-from .notify import schedule_on_commit, sync_nodes_on_commit
+from .notify import node_group, schedule_on_commit
+from .objectstore import ensure_results_bucket
 
 log = logging.getLogger(__name__)
 
@@ -103,12 +105,31 @@ def desired_placements(node_id: int) -> list[protocol.Placement]:
             output_prefix=f"s3://{settings.S3_RESULTS_BUCKET}/jobs/{job.pk}/attempt-{p.attempt.number}",
             resume_step=p.attempt.resume_step,
             stop_grace_seconds=settings.JOB_STOP_GRACE_SECONDS,
-            env={},
+            env=checkpoint_environment(job),
         ))
-    return result
+    return add_warm_pool_hints(result)  # workspaces: keep / reuse prepared environments
+
+
+def checkpoint_environment(job: TrainingJob) -> dict[str, str]:
+    """Where the concurrent checkpointing library mirrors a job's checkpoints, so a failover or
+    a spot resume on another node finds them; empty without object storage."""
+    if not settings.S3_ENDPOINT_URL:
+        return {}
+    return {
+        "CHECKPOINT_S3_URL": f"s3://{settings.S3_RESULTS_BUCKET}/jobs/{job.pk}/checkpoints",
+        "S3_ENDPOINT_URL": settings.S3_ENDPOINT_URL,
+        "S3_ACCESS_KEY": settings.S3_ACCESS_KEY,
+        "S3_SECRET_KEY": settings.S3_SECRET_KEY,
+    }
+
+
+def fence_after_seconds() -> float:
+    """The agent's own deadline: well before the console's, so a cut-off node stops first."""
+    return round(settings.NODE_LOST_AFTER_SECONDS * 0.6, 1)
 
 
 def object_storage_settings() -> protocol.ObjectStorage:
+    ensure_results_bucket()
     return protocol.ObjectStorage(
         endpoint_url=settings.S3_ENDPOINT_URL, access_key=settings.S3_ACCESS_KEY,
         secret_key=settings.S3_SECRET_KEY, results_bucket=settings.S3_RESULTS_BUCKET,
@@ -149,11 +170,46 @@ def _placement_lost(placement: Placement, node: Node) -> None:
         if not others.filter(state__in=HOLDING_STATES).exists():
             actions.remove_job(job)
         return
+    schedule_on_commit()  # its GPUs no longer count as held
     if job.status in (JobStatus.CREATING, JobStatus.RUNNING):
-        cause = f"Node {node.name} ({placement.role}) stopped sending heartbeats"
-        placement.attempt.cause = cause
-        placement.attempt.ended_at = timezone.now()
-        placement.attempt.save(update_fields=["cause", "ended_at"])
-        actions.transition(job.pk, JobStatus.FAILED, cause)
-        sync_nodes_on_commit(others.values_list("node_id", flat=True))
-        schedule_on_commit()
+        placement.refresh_from_db()
+        failover.interrupted(job, placement, failover.evidence_for(placement, node_lost=True))
+
+
+def record_fault(node_id: int, event: dict) -> HardwareEvent:
+    """Store hardware evidence from an agent; the failover decision reads it."""
+    occurred = datetime.fromtimestamp(float(event.get("ts") or timezone.now().timestamp()), tz=UTC)
+    row = HardwareEvent.objects.create(
+        node_id=node_id, gpu_index=event.get("gpu_index"), kind=str(event.get("kind", ""))[:32],
+        xid=event.get("xid"), detail=str(event.get("detail", ""))[:500], occurred_at=occurred,
+    )
+    if row.kind == "gpu_lost" and row.gpu_index is not None:
+        NodeGPU.objects.filter(node_id=node_id, index=row.gpu_index).update(healthy=False)
+    log.warning("hardware fault on node %s: %s", node_id, row)
+    return row
+
+
+def inject_fault(node_id: int, kind: str, gpu_index: int | None, xid: int | None = None, detail: str = "") -> None:
+    """Ask a node's agent to make one of its simulated GPUs fail (tests, staff, the API)."""
+    from asgiref.sync import async_to_sync
+    from channels.layers import get_channel_layer
+
+    if kind not in protocol.FAULT_KINDS:
+        raise ValueError(f"unknown fault kind {kind!r} (known: {', '.join(protocol.FAULT_KINDS)})")
+    if kind == "xid" and xid is None:
+        raise ValueError("an XID fault needs its XID number")
+    message = protocol.InjectFault(type="inject_fault", gpu_index=gpu_index, kind=kind, xid=xid, detail=detail)
+    async_to_sync(get_channel_layer().group_send)(node_group(node_id), {"type": "node.inject", "message": message})
+
+
+@transaction.atomic
+def reclaim_from_spot(node_id: int, reason: str) -> int:
+    """Interrupt the spot jobs running on a node and cordon it so none lands there again."""
+    Node.objects.filter(pk=node_id).update(cordoned=True, cordon_reason=reason[:500])
+    job_ids = set(Placement.objects.filter(
+        node_id=node_id, state__in=HOLDING_STATES, attempt__job__learning_type="spot",
+        attempt__job__status__in=[JobStatus.CREATING, JobStatus.RUNNING],
+    ).values_list("attempt__job_id", flat=True))
+    for job in TrainingJob.objects.select_for_update().filter(pk__in=job_ids):
+        failover.pause_spot(job, reason)
+    return len(job_ids)

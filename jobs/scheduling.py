@@ -28,6 +28,8 @@ class JobRequest:
     excluded_nodes: frozenset[int] = frozenset()
     # if set, only these nodes may be used (a workspace's reserved nodes)
     allowed_nodes: frozenset[int] | None = None
+    # tried first: nodes warm for this job (its owner's prepared environment is kept there)
+    preferred_nodes: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,17 @@ class Assignment:
 class Decision:
     placed: dict[int, list[Assignment]] = field(default_factory=dict)
     waiting: dict[int, str] = field(default_factory=dict)
+    # free GPU indices per node once the placed jobs are counted
+    remaining: dict[int, tuple[int, ...]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SpotHolding:
+    """GPUs a running spot job holds; `order` grows with its start (newest is preempted first)."""
+
+    job_id: int
+    order: float
+    gpus: dict[int, tuple[int, ...]]  # node id -> GPU indices
 
 
 def _plural(n: int, word: str) -> str:
@@ -71,8 +84,9 @@ def schedule(requests: list[JobRequest], nodes: list[NodeSlot]) -> Decision:
         if len(candidates) < request.node_count:
             decision.waiting[request.job_id] = waiting_reason(request, len(candidates))
             continue
-        # best fit: the fullest nodes first, so whole nodes stay free for big jobs
-        candidates.sort(key=lambda node: (len(free[node.node_id]), node.name))
+        # warm nodes first (no preparation); then best fit: the fullest nodes first, so whole
+        # nodes stay free for big jobs
+        candidates.sort(key=lambda node: (node.node_id not in request.preferred_nodes, len(free[node.node_id]), node.name))
         chosen = candidates[: request.node_count]
         assignments = []
         for node in chosen:
@@ -80,7 +94,38 @@ def schedule(requests: list[JobRequest], nodes: list[NodeSlot]) -> Decision:
             free[node.node_id] = [i for i in free[node.node_id] if i not in indices]
             assignments.append(Assignment(node.node_id, by_id[node.node_id].name, indices))
         decision.placed[request.job_id] = assignments
+    decision.remaining = {node_id: tuple(sorted(indices)) for node_id, indices in free.items()}
     return decision
+
+
+def _fits(request: JobRequest, nodes: list[NodeSlot], free: dict[int, set[int]]) -> bool:
+    usable = [
+        n for n in nodes
+        if n.server_type == request.server_type and n.node_id not in request.excluded_nodes
+        and (request.allowed_nodes is None or n.node_id in request.allowed_nodes)
+        and len(free.get(n.node_id, ())) >= request.gpus_per_node
+    ]
+    return len(usable) >= request.node_count
+
+
+def plan_preemption(request: JobRequest, nodes: list[NodeSlot], spot: list[SpotHolding]) -> list[int] | None:
+    """The spot jobs to interrupt (newest first) so that `request` fits; None when even all would not do.
+
+    `nodes` carry the GPUs free now (after this run's placements). Spot jobs run only on
+    capacity that on-demand jobs do not need: an on-demand job that waits takes it back.
+    """
+    free = {n.node_id: set(n.free_gpus) for n in nodes}
+    victims: list[int] = []
+    for holding in sorted(spot, key=lambda h: -h.order):
+        if _fits(request, nodes, free):
+            break
+        if not any(node_id in free for node_id in holding.gpus):
+            continue  # its nodes are not ones this job could use
+        victims.append(holding.job_id)
+        for node_id, gpus in holding.gpus.items():
+            if node_id in free:
+                free[node_id] |= set(gpus)
+    return victims if victims and _fits(request, nodes, free) else None
 
 
 def master_port(job_id: int, attempt: int) -> int:

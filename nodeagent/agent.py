@@ -11,10 +11,13 @@ import sys
 from typing import Any
 
 from . import protocol
+from .checkpoints import CheckpointWatcher
 from .config import AgentConfig
 from .connection import Connection, TokenRejected
+from .faults import FaultMonitor, InvalidFault
 from .gpus import GpuBackend
 from .logstream import Outbox
+from .metrics import MetricsCollector
 from .runner import RunnerContext
 from .runtimes import Runtime
 from .spool import Spool
@@ -24,6 +27,7 @@ from .supervisor import Supervisor
 AGENT_VERSION = "0.1.0"
 EXIT_TOKEN_REFUSED = 2
 DRAIN_SECONDS = 5.0  # at shutdown, time for the console to acknowledge the last exit reports
+FENCE_GRACE_SECONDS = 3.0  # a fenced node has little time left before the console moves its work
 
 log = logging.getLogger("nodeagent")
 
@@ -47,12 +51,54 @@ class Agent:
             storage=self._storage, default_grace=config.stop_grace,
         )
         self.supervisor = Supervisor(self.ctx)
+        self.metrics = MetricsCollector(gpus, self.supervisor, self.ctx.outbox, config.metrics_interval, config.work_dir)
         self.connection = Connection(
             config.ws_url, config.token, node_info(config, gpus), self.spool, self.supervisor, on_welcome=self._welcome,
+            on_inject=self._inject,
         )
+        self.faults = FaultMonitor(gpus, emit=self.ctx.outbox.fault, crash=self.supervisor.crash_gpu)
+        self.checkpoints = CheckpointWatcher(lambda: list(self.supervisor.runners.values()), self.ctx.outbox, self._storage)
+        self.ctx.after_command = self.checkpoints.poll_one
+        self.fence_after = protocol.DEFAULT_FENCE_AFTER
+        self.fenced = False
 
     def _welcome(self, welcome: protocol.Welcome) -> None:
         self.welcome_storage = welcome.get("object_storage")
+        self.fence_after = float(welcome.get("fence_after_seconds") or protocol.DEFAULT_FENCE_AFTER)
+        self.fenced = False
+
+    def _inject(self, message: protocol.InjectFault) -> None:
+        try:
+            event = self.faults.inject(message.get("kind", ""), message.get("gpu_index"), message.get("xid"), message.get("detail", ""))
+            log.warning("injected fault: %s", event)
+        except InvalidFault as exc:
+            log.error("fault injection refused: %s", exc)
+
+    async def _fence_when_cut_off(self) -> None:
+        """Stop this node's placements before the console can declare it Lost and move them."""
+        loop = asyncio.get_running_loop()
+        self.connection.last_contact = loop.time()
+        while True:
+            await asyncio.sleep(0.5)
+            silent = loop.time() - self.connection.last_contact
+            if self.connection.connected.is_set() or self.fenced or silent < self.fence_after:
+                continue
+            self.fenced = True
+            stopped = self.supervisor.fence(f"cut off from the console for {silent:.0f} s (fencing)", FENCE_GRACE_SECONDS)
+            if stopped:
+                log.warning("cut off from the console for %.0f s: stopped %d placement(s)", silent, stopped)
+
+    async def _recover(self) -> None:
+        """What an earlier agent process left: marked placements first (stopped with their
+        grace, reported), then the runtime's unmarked leftovers (e.g. its containers)."""
+        await self.supervisor.recover()
+        try:
+            removed = await self.ctx.runtime.remove_strays(self.config.stop_grace)
+        except Exception:  # a failed sweep must not keep the agent from serving
+            log.exception("could not remove what an earlier agent process left")
+            return
+        if removed:
+            log.warning("removed %d container(s) left by an earlier agent process: %s", len(removed), ", ".join(removed))
 
     def _storage(self) -> Storage | None:
         settings = resolve_settings(os.environ, self.welcome_storage)
@@ -61,8 +107,10 @@ class Agent:
     async def run(self, stop: asyncio.Event | None = None) -> int:
         """Serve until `stop` is set (SIGTERM/SIGINT) or the token is refused; returns the exit code."""
         stop = stop or asyncio.Event()
-        recovery = asyncio.create_task(self.supervisor.recover())
+        recovery = asyncio.create_task(self._recover())
         connection = asyncio.create_task(self.connection.run())
+        helpers = [asyncio.create_task(coro) for coro in (self.faults.run(), self.checkpoints.run(), self._fence_when_cut_off())]
+        helpers.append(asyncio.create_task(self.metrics.run()))  # GPU and node samples, spooled like logs
         stopping = asyncio.create_task(stop.wait())
         await asyncio.wait({connection, stopping}, return_when=asyncio.FIRST_COMPLETED)
         stopping.cancel()
@@ -80,6 +128,9 @@ class Agent:
         # stop what runs (nothing may be left orphaned), then give the exit reports a chance
         # to reach the console; what does not is re-sent from the spool by the next agent
         await recovery
+        for helper in helpers:
+            helper.cancel()
+        await asyncio.gather(*helpers, return_exceptions=True)
         await self.supervisor.shutdown()
         if not connection.done():
             await self.connection.drain(DRAIN_SECONDS)

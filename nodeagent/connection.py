@@ -54,9 +54,13 @@ class Connection:
     def __init__(
         self, ws_url: str, token: str, node: protocol.NodeInfo, spool: Spool, supervisor: Supervisor,
         on_welcome: Callable[[protocol.Welcome], None] = lambda welcome: None, backoff: Backoff | None = None,
+        on_inject: Callable[[protocol.InjectFault], None] = lambda message: None,
     ) -> None:
         self.ws_url, self.token, self.node = ws_url, token, node
         self.spool, self.supervisor, self.on_welcome = spool, supervisor, on_welcome
+        self.on_inject = on_inject
+        # when the console was last heard from: the agent fences itself after a long silence
+        self.last_contact = 0.0  # loop time; set by the agent at start and on every message
         self.backoff = backoff or Backoff()
         self.heartbeat_interval = protocol.HEARTBEAT_INTERVAL
         self.connected = asyncio.Event()
@@ -137,6 +141,7 @@ class Connection:
                 continue
             if not isinstance(message, dict):
                 continue
+            self.last_contact = asyncio.get_running_loop().time()
             try:
                 self._dispatch(message)
             except Exception:  # one bad message must not end the session
@@ -155,6 +160,8 @@ class Connection:
             self.backoff.reset()  # only a console that accepted us resets the backoff
             self.connected.set()
             log.info("registered as node %s (id %s)", self.node["name"], message.get("node_id"))
+        elif kind == "inject_fault":
+            self.on_inject(message)  # type: ignore[arg-type]
         elif kind == "error":
             self._error = str(message.get("message", ""))
             log.error("the console reports an error: %s", self._error)

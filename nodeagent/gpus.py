@@ -9,10 +9,13 @@ and fault injection (XID codes, ECC errors, fallen off the bus) can be added to 
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+import time
+from collections.abc import Collection
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Protocol
 
+from .gpu_metrics import GpuReading, NvlinkCounter, SimulatedSensors, read_nvml, simulate
 from .protocol import GpuInfo
 
 # The GPU model each server type carries, for simulated nodes (the console's catalogue
@@ -34,6 +37,10 @@ class GpuBackend(Protocol):
 
     def close(self) -> None: ...
 
+    def sample(self, busy: Collection[int]) -> dict[int, GpuReading]:
+        """One reading per device index; `busy` are the indices a training command runs on now."""
+        ...
+
 
 @dataclass
 class SimulatedGpu:
@@ -41,6 +48,8 @@ class SimulatedGpu:
     uuid: str
     model: str
     memory_gb: int
+    lost: bool = False  # fallen off the bus (injected gpu_lost / XID 79)
+    faults: list[str] = field(default_factory=list)  # injected so far, newest last
 
     def info(self) -> GpuInfo:
         return GpuInfo(index=self.index, uuid=self.uuid, model=self.model, memory_gb=self.memory_gb)
@@ -63,6 +72,15 @@ class SimulatedBackend:
 
     def close(self) -> None:
         pass
+
+    # -- metric sampling (the model lives in nodeagent.gpu_metrics) -----------------------------
+    _sensors: SimulatedSensors | None = None  # created on the first sample
+
+    def sample(self, busy: Collection[int]) -> dict[int, GpuReading]:
+        """Readings that follow the job: busy devices work hard, the others idle."""
+        if self._sensors is None:
+            self._sensors = SimulatedSensors()
+        return simulate(self._sensors, self.devices, busy)
 
 
 class NvmlBackend:
@@ -101,6 +119,16 @@ class NvmlBackend:
         # shutting down twice or after a driver fault must not crash the exit path
         with contextlib.suppress(Exception):
             self.nvml.nvmlShutdown()
+
+    # -- metric sampling (the readers live in nodeagent.gpu_metrics) ----------------------------
+    _nvlink: NvlinkCounter | None = None  # NVLink counters are cumulative: rates need the last one
+
+    def sample(self, busy: Collection[int]) -> dict[int, GpuReading]:
+        """What NVML reports for every device (`busy` is not needed: the hardware knows)."""
+        if self._nvlink is None:
+            self._nvlink = NvlinkCounter()
+        now = time.monotonic()
+        return {index: read_nvml(self.nvml, index, self._nvlink, now) for index in range(self.nvml.nvmlDeviceGetCount())}
 
 
 def _text(value: str | bytes) -> str:

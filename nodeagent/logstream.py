@@ -30,6 +30,9 @@ class Outbox:
             type="logs", msg_id=0, job_id=job_id, attempt=attempt, stream=stream, lines=lines,
         )))
 
+    def metrics(self, samples: list[list[Any]]) -> None:
+        self.spool.append(dict(protocol.MetricBatch(type="metrics", msg_id=0, samples=samples)))
+
     def attempt(self, placement: protocol.Placement, state: protocol.PlacementState, **fields: Any) -> None:
         message: dict[str, Any] = dict(
             type="attempt", msg_id=0, job_id=placement["job_id"], attempt=placement["attempt"],
@@ -37,6 +40,16 @@ class Outbox:
         )
         message.update(fields)
         self.spool.append(message)
+
+
+    def fault(self, event: dict[str, Any]) -> None:
+        self.spool.append({"type": "fault", "msg_id": 0, **event})
+
+    def checkpoint(self, placement: protocol.Placement, step: int, url: str) -> None:
+        self.spool.append(dict(protocol.CheckpointCommit(
+            type="checkpoint", msg_id=0, job_id=placement["job_id"], attempt=placement["attempt"],
+            role=placement["role"], step=step, url=url,
+        )))
 
 
 class LogStream:

@@ -11,6 +11,10 @@ Agent → console
   heartbeat    every HEARTBEAT_INTERVAL seconds: liveness, and what runs
   logs         a batch of lines of one stream of one attempt
   attempt      a state change of one placement (preparing / running / exited)
+  metrics      a batch of metric samples (MetricBatch): GPU and node readings every
+               --metrics-interval seconds, training metrics found in a job's output lines
+  fault        hardware evidence as it happens (XID, ECC, row remap, NVLink, GPU lost, …)
+  checkpoint   a checkpoint of a placement became durable in object storage (its commit)
 Every agent message except hello/heartbeat carries `msg_id`, a number that grows by one per
 message and survives agent restarts (it is kept in the spool). The console answers `ack` with
 the highest msg_id it has stored, in order; the agent drops acknowledged messages from its
@@ -23,6 +27,7 @@ Console → agent
                start what is missing, stop what is not listed); sent after hello, on every
                change, and periodically
   ack          {upto: msg_id}
+  inject_fault make a simulated GPU fail (tests, the admin's node page, the API)
   error        {message}; followed by a close
 """
 
@@ -33,6 +38,7 @@ from typing import Literal, NotRequired, TypedDict
 PROTOCOL_VERSION = 1
 AGENT_PATH = "/ws/agent/"
 HEARTBEAT_INTERVAL = 3.0  # seconds
+DEFAULT_FENCE_AFTER = 20.0  # seconds without the console before an agent stops its placements
 CLOSE_BAD_TOKEN = 4401
 CLOSE_SUPERSEDED = 4409  # another connection of the same node replaced this one
 
@@ -84,6 +90,21 @@ class LogBatch(TypedDict):
     lines: list[list]  # [seq:int, ts:float (unix seconds), text:str]
 
 
+class MetricBatch(TypedDict):
+    """Samples, spooled and acknowledged like `logs`; the console stores each sample once.
+
+    A sample is [metric: str, ts: float (unix seconds), value: float, dimensions: dict]:
+    `metric` is a name of the console's catalogue (monitoring.catalog), e.g. GPUUtilization;
+    dimensions are any of `gpu` (device index), `job` (job id, while a placement holds the
+    GPU, and on training metrics) and `stream` (the node role, on training metrics). The
+    node is the connection's. The unique key is (metric, node, dimensions, ts).
+    """
+
+    type: Literal["metrics"]
+    msg_id: int
+    samples: list[list]  # [metric, ts, value, {"gpu"?: int, "job"?: int, "stream"?: str}]
+
+
 class AttemptUpdate(TypedDict):
     type: Literal["attempt"]
     msg_id: int
@@ -98,6 +119,44 @@ class AttemptUpdate(TypedDict):
     image_error: NotRequired[bool]  # the image could not be pulled / the registry refused
 
 
+class Fault(TypedDict):
+    """Hardware evidence; `kind` is one of FAULT_KINDS."""
+
+    type: Literal["fault"]
+    msg_id: int
+    gpu_index: int | None
+    kind: str
+    xid: NotRequired[int | None]
+    detail: NotRequired[str]
+    ts: float
+
+
+FAULT_KINDS = (
+    "xid", "ecc_uncorrected", "row_remap_pending", "row_remap_failure", "nvlink", "gpu_lost",
+    "gpu_missing", "recovery_action",
+)
+
+
+class CheckpointCommit(TypedDict):
+    """Step `step` of a placement is complete in object storage (MANIFEST.json is there)."""
+
+    type: Literal["checkpoint"]
+    msg_id: int
+    job_id: int
+    attempt: int
+    role: str
+    step: int
+    url: str  # s3://bucket/prefix/step-N
+
+
+class InjectFault(TypedDict):
+    type: Literal["inject_fault"]
+    gpu_index: int | None
+    kind: str
+    xid: NotRequired[int | None]
+    detail: NotRequired[str]
+
+
 class ObjectStorage(TypedDict):
     endpoint_url: str
     access_key: str
@@ -110,6 +169,9 @@ class Welcome(TypedDict):
     node_id: int
     heartbeat_interval: float
     object_storage: ObjectStorage
+    # cut off from the console this long, the agent stops its own placements (fencing); the
+    # console declares the node Lost only later, so work is never run twice
+    fence_after_seconds: NotRequired[float]
 
 
 class Registry(TypedDict):
@@ -140,6 +202,20 @@ class Placement(TypedDict):
     resume_step: int | None  # CKPT_LAST_STEP when resuming
     stop_grace_seconds: float
     env: dict[str, str]
+    warm_pool: NotRequired[WarmPool]  # absent: prepare from scratch and keep nothing (older consoles)
+
+
+class WarmPool(TypedDict):
+    """Warm pool (nodeagent.warm): after a placement is prepared, the agent keeps its environment
+    (the downloaded script and data; the image stays pulled) keyed by (owner, image,
+    script_url) for `keep_alive_seconds` after the placement ends. With `reuse_from_job` set, the
+    console placed this on a node warm for it: the agent copies the kept environment into the
+    new working directory and skips preparation, logging "Warm start: environment reused from
+    job …"; if nothing is kept (or the script changed in object storage) it prepares as usual."""
+
+    owner: int
+    keep_alive_seconds: int
+    reuse_from_job: int | None
 
 
 class Desired(TypedDict):

@@ -12,16 +12,18 @@ import contextlib
 import logging
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import warm
 from .environment import VENDOR_DIR
 from .logstream import LogStream, Outbox
 from .protocol import Placement
 from .runtimes import Execution, ExitStatus, ImageError, LaunchSpec, Runtime
 from .storage import Storage, StorageError
+from .trainmetrics import TrainingMetrics
 from .workdirs import attempt_paths, write_marker
 
 log = logging.getLogger(__name__)
@@ -38,6 +40,8 @@ class RunnerContext:
     storage: Callable[[], Storage | None]  # built on demand: the settings may arrive with `welcome`
     default_grace: float
     vendor_dir: Path = VENDOR_DIR
+    # after the command exits, before the exit report (e.g. the last checkpoint commit)
+    after_command: Callable[[Runner], Awaitable[None]] | None = None
 
 
 class PreparationFailed(Exception):
@@ -52,13 +56,22 @@ class Runner:
         self.ctx = ctx
         self.paths = attempt_paths(ctx.work_dir, placement)
         self.log = LogStream(ctx.outbox, placement["job_id"], placement["attempt"], placement["role"])
+        self.training = TrainingMetrics(ctx.outbox, placement["job_id"], placement["role"])  # loss etc. in the lines
+        self.state = "assigned"  # as in the marker; the metrics sampler counts "running" GPUs as busy
         self.stop_reason = ""
+        self.crashed = ""
         self._stop_requested = asyncio.Event()
 
     @property
     def grace(self) -> float:
         value = self.placement.get("stop_grace_seconds")
         return float(value) if value is not None else self.ctx.default_grace
+
+    def crash(self, reason: str) -> None:
+        """A hardware fault killed the command (simulated GPUs): no grace, like a real crash."""
+        if not self._stop_requested.is_set():
+            self.crashed = reason
+            self.request_stop(f"hardware fault: {reason}")
 
     def request_stop(self, reason: str) -> None:
         """Idempotent: a second `desired` without this placement must not restart the grace period."""
@@ -95,7 +108,7 @@ class Runner:
         self.log.info(f"Starting the command: {p['command']}")
         spec = LaunchSpec(p, self.paths.workdir, self.paths.output_dir, self.ctx.runtime.environment(p, self.paths.output_dir))
         try:
-            execution = await self.ctx.runtime.start(spec, self.log.line)
+            execution = await self.ctx.runtime.start(spec, self.training.tap(self.log.line))
         except Exception as exc:  # bash missing, the Docker engine refusing the GPUs, ...
             self.log.error(f"The command could not be started: {exc}")
             self._finish(ExitStatus(None, None), message=f"the command could not be started: {exc}")
@@ -104,12 +117,15 @@ class Runner:
         self.log.flush()
         self.ctx.outbox.attempt(p, "running")
         status = await self._wait(execution)
+        if self.ctx.after_command is not None:
+            with contextlib.suppress(Exception):
+                await self.ctx.after_command(self)
         if status.signal is not None:
             self.log.info(f"Command killed by signal {_signal_name(status.signal)}")
         else:
             self.log.info(f"Command exited with code {status.exit_code}")
         output_url, upload_error = await self._upload()
-        message = f"stopped: {self.stop_reason}" if self.stop_reason else ""
+        message = f"crashed: {self.crashed}" if self.crashed else f"stopped: {self.stop_reason}" if self.stop_reason else ""
         self._finish(status, message="; ".join(m for m in (message, upload_error) if m), output_url=output_url)
 
     async def _unless_stopped(self, work: Any) -> bool:
@@ -128,6 +144,8 @@ class Runner:
 
     async def _prepare(self) -> None:
         p = self.placement
+        if await warm.reuse(p, self.ctx.work_dir, self.paths.workdir, self.log, self.ctx.storage):
+            return  # warm start: the environment an earlier job of this user prepared is here
         try:
             await self.ctx.runtime.prepare_image(p, self.log)
         except ImageError as exc:
@@ -138,6 +156,7 @@ class Runner:
             self.log.info("Concurrent Checkpoint library is installed")
         else:
             self.log.warning(f"Concurrent Checkpoint library not found in {self.ctx.vendor_dir}")
+        await warm.remember(p, self.ctx.work_dir, self.paths.workdir, self.ctx.storage)
 
     async def _download_script(self, url: str) -> None:
         started = time.monotonic()
@@ -153,6 +172,10 @@ class Runner:
     async def _wait(self, execution: Execution) -> ExitStatus:
         async def stop_when_requested() -> None:
             await self._stop_requested.wait()
+            if self.crashed:
+                self.log.error(f"CUDA error: the GPU is no longer usable ({self.crashed}); the command dies")
+                await execution.stop(0)
+                return
             self.log.info(f"Stopping the command ({self.stop_reason}): SIGTERM, then SIGKILL after {self.grace:g} s")
             await execution.stop(self.grace)
 
@@ -191,6 +214,7 @@ class Runner:
 
     def _finish(self, status: ExitStatus, message: str = "", image_error: bool = False, output_url: str = "") -> None:
         self.log.flush()  # every line before the exit report
+        self.training.flush()
         fields: dict[str, Any] = {"exit_code": status.exit_code, "signal": status.signal}
         if output_url:
             fields["output_url"] = output_url
@@ -201,8 +225,10 @@ class Runner:
         self.ctx.outbox.attempt(self.placement, "exited", **fields)
         # after the spool append: a crash in between re-reports the exit (harmless) instead of losing it
         self._mark("exited")
+        warm.release(self.placement, self.ctx.work_dir)  # the kept environment's keep-alive starts
 
     def _mark(self, state: str, execution: dict[str, Any] | None = None) -> None:
+        self.state = state
         p = self.placement
         with contextlib.suppress(OSError):  # the marker is a recovery aid; a full disk must not stop the job
             write_marker(self.paths.marker, {

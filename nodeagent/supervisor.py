@@ -62,6 +62,19 @@ class Supervisor:
         self.finished.add(key)
         log.info("placement %s ended", key)
 
+    def crash_gpu(self, gpu_index: int, reason: str) -> None:
+        """Kill, without grace, every placement that uses this GPU (a simulated hardware fault)."""
+        for runner in list(self.runners.values()):
+            if gpu_index in runner.placement.get("gpu_indices", []):
+                runner.crash(reason)
+
+    def fence(self, reason: str, grace: float) -> int:
+        """Stop every placement with a short grace: this node was cut off from the console."""
+        for runner in list(self.runners.values()):
+            runner.placement = {**runner.placement, "stop_grace_seconds": min(runner.grace, grace)}
+            runner.request_stop(reason)
+        return len(self.runners)
+
     def running(self) -> list[RunningRef]:
         """Placements this agent is responsible for now (preparing, running or stopping)."""
         return [

@@ -2,9 +2,9 @@
 
 from .attempts import JobAttempt, Placement, PlacementState
 from .jobs import JobStatusChange, JobTag, ServerType, TrainingJob
-from .nodes import Node, NodeGPU, NodeToken
+from .nodes import HardwareEvent, Node, NodeGPU, NodeToken
 
 __all__ = [
-    "JobAttempt", "JobStatusChange", "JobTag", "Node", "NodeGPU", "NodeToken", "Placement",
+    "HardwareEvent", "JobAttempt", "JobStatusChange", "JobTag", "Node", "NodeGPU", "NodeToken", "Placement",
     "PlacementState", "ServerType", "TrainingJob",
 ]

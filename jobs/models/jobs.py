@@ -92,10 +92,18 @@ class TrainingJob(models.Model):
     current_attempt = models.PositiveIntegerField(default=0)
     result_url = models.CharField(max_length=1024, blank=True, help_text="Where OUTPUT_DIR was uploaded")
     failover_count = models.PositiveSmallIntegerField(default=0, help_text="Failovers so far (at most 3)")
+    # the newest checkpoint durable in object storage, committed by the current attempt's agent
+    checkpoint_step = models.IntegerField(null=True, blank=True)
+    checkpoint_url = models.CharField(max_length=1024, blank=True)
+    checkpoint_at = models.DateTimeField(null=True, blank=True)
     # warm pool: how long the nodes stay warm after the job ends, and how this job started
     keep_alive_minutes = models.PositiveSmallIntegerField(default=10)
     started_warm = models.BooleanField(null=True, blank=True, help_text="None until placed")
     warm_note = models.CharField(max_length=300, blank=True, help_text="Why it started warm, or why not")
+    # a job in a Training Workspace runs only on the workspace's reserved nodes (workspaces.scheduler)
+    workspace = models.ForeignKey(
+        "workspaces.Workspace", null=True, blank=True, on_delete=models.SET_NULL, related_name="jobs",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -92,3 +92,26 @@ class NodeGPU(models.Model):
 
     def __str__(self) -> str:
         return f"{self.node.name}:{self.index} {self.model}"
+
+
+class HardwareEvent(models.Model):
+    """Hardware evidence an agent reported (XID, ECC, row remap, NVLink, GPU lost, ...)."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="hardware_events")
+    gpu_index = models.PositiveSmallIntegerField(null=True, blank=True, help_text="None: the whole node")
+    kind = models.CharField(max_length=32)
+    xid = models.PositiveIntegerField(null=True, blank=True)
+    detail = models.CharField(max_length=500, blank=True)
+    occurred_at = models.DateTimeField()
+    received_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-occurred_at"]
+        indexes = [
+            # the failover decision reads a node's events since an attempt started
+            models.Index(fields=["node", "occurred_at"], name="hwevent_node_time_idx"),
+        ]
+
+    def __str__(self) -> str:
+        what = f"XID {self.xid}" if self.kind == "xid" else self.kind
+        return f"{self.node.name} GPU {self.gpu_index}: {what}"

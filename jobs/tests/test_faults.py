@@ -81,3 +81,16 @@ def test_a_kill_without_evidence_is_looked_at_again():
     assert recheck(first, (xid(79),), node_alive=True, node_name="n").verdict is Verdict.HARDWARE
     gone = recheck(first, (), node_alive=False, node_name="gpu-02")
     assert gone.verdict is Verdict.INFRA and "gpu-02 is gone" in gone.reason
+
+
+def test_a_rank_whose_peer_node_is_down_is_infrastructure():
+    decision = classify(ExitEvidence(exit_code=1, log_tail=("Traceback (most recent call last):",), peers_down=("gpu-04",)))
+    assert decision.verdict is Verdict.INFRA
+    assert decision.reason == "node gpu-04 of this job stopped answering"
+
+
+def test_a_lost_peer_connection_is_looked_at_again():
+    first = classify(ExitEvidence(exit_code=1, log_tail=("RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer",)))
+    assert first.verdict is Verdict.AMBIGUOUS
+    assert recheck(first, (), node_alive=True, node_name="a", peers_down=("gpu-04",)).verdict is Verdict.INFRA
+    assert recheck(first, (), node_alive=True, node_name="a").verdict is Verdict.USER

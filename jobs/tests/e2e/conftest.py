@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -10,7 +11,12 @@ from django.conf import settings
 
 from jobs.models import NodeToken
 
+from . import containers
 from .stack import Stack, database_url, wait_until
+
+# the Docker runtime's fixtures: Podman + a private registry, and the agents' runtime switch
+container_host = containers.container_host
+runtime = containers.runtime
 
 SCRIPTS = Path(__file__).parent / "scripts"
 SCRIPT_BUCKET = "e2e-scripts"
@@ -51,15 +57,15 @@ def e2e_settings(settings, object_store):
 
 
 @pytest.fixture
-def start_nodes(stack, transactional_db):
-    """Start N agents with simulated GPUs and wait until each one is connected."""
+def start_nodes(stack, transactional_db, runtime):
+    """Start N agents with simulated GPUs (in the test's `runtime`) and wait until each one is connected."""
     from jobs.models import Node
 
     def start(*names: str, gpus: str = "simulated:8", server_type: str = "g2"):
         agents = []
         for name in names:
             _, token = NodeToken.mint(name)
-            agents.append(stack.agent(name, token, gpus=gpus, server_type=server_type))
+            agents.append(stack.agent(name, token, gpus=gpus, server_type=server_type, extra=runtime.agent_args, env=runtime.agent_env))
         wait_until(
             lambda: Node.objects.filter(name__in=names, connected=True).count() == len(names),
             timeout=30, message=f"nodes {names} to connect",
@@ -73,17 +79,23 @@ def start_nodes(stack, transactional_db):
 
 
 @pytest.fixture
-def training_script(object_store) -> str:
-    """The DDP training script, uploaded to object storage; returns its s3:// URL."""
+def upload_script(object_store):
+    """Upload one of ./scripts to object storage; returns its s3:// URL."""
     client = object_store.client()
-    try:
+    with contextlib.suppress(Exception):  # it exists already (SeaweedFS answers either error)
         client.create_bucket(Bucket=SCRIPT_BUCKET)
-    except client.exceptions.BucketAlreadyOwnedByYou:
-        pass
-    except Exception:
-        pass
-    client.upload_file(str(SCRIPTS / "train_ddp.py"), SCRIPT_BUCKET, "train_ddp.py")
-    return f"s3://{SCRIPT_BUCKET}/train_ddp.py"
+
+    def upload(name: str) -> str:
+        client.upload_file(str(SCRIPTS / name), SCRIPT_BUCKET, name)
+        return f"s3://{SCRIPT_BUCKET}/{name}"
+
+    return upload
+
+
+@pytest.fixture
+def training_script(upload_script) -> str:
+    """The DDP training script, uploaded to object storage; returns its s3:// URL."""
+    return upload_script("train_ddp.py")
 
 
 @pytest.hookimpl(tryfirst=True, hookwrapper=True)
@@ -94,3 +106,6 @@ def pytest_runtest_makereport(item, call):
         stack = item.funcargs.get("stack")
         if stack is not None:
             report.sections.append(("stack logs", stack.logs()))
+        host = item.funcargs.get("container_host") or getattr(item.funcargs.get("runtime"), "host", None)
+        if host is not None:
+            report.sections.append(("podman and registry logs", host.logs()))

@@ -1,0 +1,66 @@
+"""Staff endpoints for nodes: list, detail, fault injection (simulated GPUs), spot reclaim."""
+
+from __future__ import annotations
+
+from rest_framework import serializers, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.permissions import IsAdminUser
+from rest_framework.response import Response
+
+from nodeagent.protocol import FAULT_KINDS
+
+from .. import nodes
+from ..models import Node
+
+
+class NodeSerializer(serializers.ModelSerializer):
+    server_type = serializers.CharField(source="server_type.name")
+    status = serializers.SerializerMethodField()
+    gpus = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Node
+        fields = ["id", "name", "status", "server_type", "address", "runtime", "connected", "cordoned",
+                  "cordon_reason", "last_heartbeat_at", "gpus"]
+
+    def get_status(self, node: Node) -> str:
+        return node.status()
+
+    def get_gpus(self, node: Node) -> list[dict]:
+        return [{"index": g.index, "model": g.model, "memory_gb": g.memory_gb, "healthy": g.healthy} for g in node.gpus.all()]
+
+
+class FaultRequest(serializers.Serializer):
+    kind = serializers.ChoiceField(choices=FAULT_KINDS)
+    gpu_index = serializers.IntegerField(min_value=0, required=False, allow_null=True, default=None)
+    xid = serializers.IntegerField(min_value=1, required=False, allow_null=True, default=None)
+    detail = serializers.CharField(required=False, allow_blank=True, default="", max_length=200)
+
+    def validate(self, attrs: dict) -> dict:
+        if attrs["kind"] == "xid" and attrs["xid"] is None:
+            raise serializers.ValidationError({"xid": "An XID fault needs its XID number, e.g. 79."})
+        return attrs
+
+
+class NodeViewSet(viewsets.ReadOnlyModelViewSet):
+    serializer_class = NodeSerializer
+    permission_classes = [IsAdminUser]
+    queryset = Node.objects.select_related("server_type").prefetch_related("gpus")
+
+    @action(detail=True, methods=["post"], url_path="inject-fault", serializer_class=FaultRequest)
+    def inject_fault(self, request, pk=None):
+        """Make a simulated GPU of this node fail (XID, ECC, row remap, NVLink, GPU lost, …)."""
+        node = self.get_object()
+        fault = FaultRequest(data=request.data)
+        fault.is_valid(raise_exception=True)
+        if not node.connected:
+            return Response({"detail": f"node {node.name} is not connected"}, status=status.HTTP_409_CONFLICT)
+        nodes.inject_fault(node.pk, **fault.validated_data)
+        return Response({"detail": f"fault sent to node {node.name}", **fault.validated_data}, status=status.HTTP_202_ACCEPTED)
+
+    @action(detail=True, methods=["post"], url_path="reclaim", serializer_class=serializers.Serializer)
+    def reclaim(self, request, pk=None):
+        """Take the node back from spot jobs: they pause (with their checkpoint) and resume elsewhere later."""
+        node = self.get_object()
+        count = nodes.reclaim_from_spot(node.pk, f"node {node.name} reclaimed by {request.user.username}")
+        return Response({"detail": f"{count} spot job(s) interrupted on {node.name}"})

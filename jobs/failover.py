@@ -1,0 +1,168 @@
+"""What happens when an attempt is interrupted: classify, then fail over, pause, or give up.
+
+- On-Demand with Job Failover: `Running → Pending - failoverinprogress → Running` on a
+  hardware fault or a lost node (faulty node cordoned, at most MAX_FAILOVERS), `… →
+  Pending - internalerror` when there is no hardware evidence, `Pending - maxretriesexceeded`
+  after the last failover.
+- Spot: an interruption (capacity reclaimed, a hardware fault, a lost node) pauses the job in
+  `Pending - spotinterrupted`; the scheduler resumes it when capacity is free again.
+- Otherwise: `Failed`.
+Every decision, with its evidence, goes into the job's status reason, history and log stream.
+Callers hold the job row lock (select_for_update) inside a transaction.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from datetime import timedelta
+
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from monitoring.models import LogLine
+
+from . import actions, console_log
+from .choices import JobStatus, LearningType
+from .faults import Decision, ExitEvidence, HardwareEvent, Verdict, classify, recheck
+from .models import HardwareEvent as HardwareEventRow
+from .models import JobAttempt, Node, NodeGPU, Placement, TrainingJob
+from .models.attempts import HOLDING_STATES
+from .notify import schedule_on_commit, sync_nodes_on_commit
+
+log = logging.getLogger(__name__)
+MAX_FAILOVERS = 3
+RECHECK_SECONDS = 5
+LOG_TAIL_LINES = 40
+
+
+def evidence_for(placement: Placement, node_lost: bool = False) -> ExitEvidence:
+    """Exit code, log tail and the node's hardware events since the attempt began."""
+    attempt = placement.attempt
+    events = HardwareEventRow.objects.filter(
+        node_id=placement.node_id, occurred_at__gte=attempt.created_at - timedelta(seconds=5),
+    )
+    hardware = tuple(
+        HardwareEvent(e.kind, e.gpu_index, e.xid, e.detail) for e in events
+        if e.gpu_index is None or e.gpu_index in placement.gpu_indices
+    )
+    tail = LogLine.objects.filter(job_id=attempt.job_id, stream=placement.role, attempt=attempt.number).order_by("-seq")
+    lines = tuple(reversed(list(tail.values_list("text", flat=True)[:LOG_TAIL_LINES])))
+    peers_down = tuple(
+        Placement.objects.filter(attempt=attempt).exclude(pk=placement.pk)
+        .filter(Q(node__isnull=True) | Q(node__connected=False) | Q(node__lost=True))
+        .values_list("node_name", flat=True)
+    )
+    return ExitEvidence(
+        exit_code=placement.exit_code, signal=placement.exit_signal, node_lost=node_lost,
+        node_name=placement.node_name, log_tail=lines, hardware=hardware, peers_down=peers_down,
+    )
+
+
+def interrupted(job: TrainingJob, placement: Placement, evidence: ExitEvidence) -> Decision:
+    """An attempt of a Creating/Running job stopped for a reason other than success."""
+    decision = classify(evidence)
+    _say(job, placement, f"{placement.role} on {placement.node_name} stopped: {decision.reason}")
+    if decision.verdict is Verdict.HARDWARE:
+        # the evidence is this node's own; a lost node is excluded by being Lost, not cordoned
+        _cordon(placement, decision)
+    spot = job.learning_type == LearningType.SPOT
+    if decision.verdict is Verdict.IMAGE:
+        _give_up(job, JobStatus.IMAGE_PULL_BACKOFF, decision.reason)
+    elif spot and decision.verdict in (Verdict.HARDWARE, Verdict.INFRA):
+        pause_spot(job, f"interrupted by {decision.reason}")
+    elif spot or not job.failover_enabled:
+        _give_up(job, JobStatus.FAILED, _capitalise(decision.reason))
+    else:
+        actions.transition(job.pk, JobStatus.FAILOVER_IN_PROGRESS,
+                           f"Assessing failover feasibility: {decision.reason}")
+        job.refresh_from_db(fields=["status", "status_reason", "failover_count"])
+        if decision.verdict is Verdict.AMBIGUOUS:
+            from .tasks import recheck_interruption
+
+            placement_id = placement.pk
+            transaction.on_commit(lambda: recheck_interruption.apply_async((job.pk, placement_id), countdown=RECHECK_SECONDS))
+        else:
+            decide(job, decision)
+    _stop_attempt(job)
+    return decision
+
+
+def recheck_later(job: TrainingJob, placement: Placement) -> None:
+    """The ambiguous kill, seen again: new evidence or a dead node means failover."""
+    if job.status != JobStatus.FAILOVER_IN_PROGRESS or job.current_attempt != placement.attempt.number:
+        return
+    evidence = evidence_for(placement)
+    first = classify(dataclasses.replace(evidence, peers_down=(), hardware=()))
+    node = Node.objects.filter(pk=placement.node_id).first()
+    alive = bool(node and node.connected and not node.lost)
+    decision = recheck(first, evidence.hardware, alive, placement.node_name, evidence.peers_down)
+    _say(job, placement, f"looked again after {RECHECK_SECONDS} s: {decision.reason}")
+    if decision.verdict is Verdict.HARDWARE:
+        _cordon(placement, decision)
+    decide(job, decision)
+
+
+def decide(job: TrainingJob, decision: Decision) -> None:
+    """The end of `Pending - failoverinprogress`'s assessment: reject, give up, or reallocate."""
+    if decision.verdict not in (Verdict.HARDWARE, Verdict.INFRA):
+        _give_up(job, JobStatus.INTERNAL_ERROR, f"Failover rejected, no hardware fault signal: {decision.reason}")
+        return
+    if job.failover_count >= MAX_FAILOVERS:
+        _give_up(job, JobStatus.MAX_RETRIES_EXCEEDED,
+                 f"{MAX_FAILOVERS} failovers done; not reallocating after {decision.reason}")
+        return
+    job.failover_count += 1
+    job.status_reason = (f"Reallocating to healthy nodes after {decision.reason} "
+                         f"(failover {job.failover_count} of {MAX_FAILOVERS})")
+    job.save(update_fields=["failover_count", "status_reason", "updated_at"])
+    _end_attempt(job, decision.reason)
+    schedule_on_commit()
+
+
+def pause_spot(job: TrainingJob, reason: str) -> None:
+    """Interrupt a spot job: SIGTERM (its checkpoint becomes durable in the grace), then wait."""
+    actions.transition(job.pk, JobStatus.SPOT_INTERRUPTED, _capitalise(reason) + "; resumes from its newest checkpoint when capacity returns")
+    _end_attempt(job, reason)
+    for stream in _streams(job):
+        console_log.write(job.pk, stream, job.current_attempt, f"[SPOT] Interrupted: {reason}; the command gets SIGTERM and its grace period to checkpoint")
+    _stop_attempt(job)
+
+
+def _give_up(job: TrainingJob, status: str, reason: str) -> None:
+    _end_attempt(job, reason)
+    actions.transition(job.pk, status, reason)
+
+
+def _end_attempt(job: TrainingJob, cause: str) -> None:
+    JobAttempt.objects.filter(job=job, number=job.current_attempt, ended_at__isnull=True).update(
+        ended_at=timezone.now(), cause=cause[:500],
+    )
+
+
+def _stop_attempt(job: TrainingJob) -> None:
+    """The job left Creating/Running: its agents drop the placements (SIGTERM → grace → SIGKILL)."""
+    sync_nodes_on_commit(Placement.objects.filter(
+        attempt__job=job, attempt__number=job.current_attempt, state__in=HOLDING_STATES,
+    ).values_list("node_id", flat=True))
+    schedule_on_commit()
+
+
+def _cordon(placement: Placement, decision: Decision) -> None:
+    reason = f"{decision.reason} (job {placement.attempt.job_id}, attempt {placement.attempt.number})"
+    Node.objects.filter(pk=placement.node_id, cordoned=False).update(cordoned=True, cordon_reason=reason[:500])
+    bad = {e.gpu_index for e in evidence_for(placement).hardware if e.gpu_index is not None}
+    NodeGPU.objects.filter(node_id=placement.node_id, index__in=bad).update(healthy=False)
+
+
+def _streams(job: TrainingJob) -> list[str]:
+    return list(Placement.objects.filter(attempt__job=job, attempt__number=job.current_attempt).values_list("role", flat=True))
+
+
+def _say(job: TrainingJob, placement: Placement, text: str) -> None:
+    console_log.write(job.pk, placement.role, placement.attempt.number, f"[CONSOLE] {text}")
+
+
+def _capitalise(text: str) -> str:
+    return text[:1].upper() + text[1:]
