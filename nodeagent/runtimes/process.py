@@ -20,6 +20,7 @@ from .base import LINE_LIMIT, Execution, ExitStatus, LaunchSpec, LineSink, Runti
 
 STRAY_WAIT = 1.0  # seconds to let pipes drain after bash exits before killing leftovers
 EXIT_POLL = 0.05
+TREE_POLL = 1.0  # seconds between snapshots of the command's process tree
 
 
 class ProcessExecution(Execution):
@@ -32,6 +33,8 @@ class ProcessExecution(Execution):
             asyncio.create_task(pump_lines(process.stdout, sink)),
             asyncio.create_task(pump_lines(process.stderr, sink)),
         ]
+        self.seen: set[tuple[int, int | None]] = set()
+        self._tree_watcher = asyncio.create_task(self._watch_tree())
 
     async def _leader_exit(self) -> int:
         # Not `process.wait()`: on Python 3.11 it also waits for the pipes to close, which a
@@ -40,12 +43,30 @@ class ProcessExecution(Execution):
             await asyncio.sleep(EXIT_POLL)
         return self.process.returncode
 
+    async def _watch_tree(self) -> None:
+        # Launchers such as torchrun start their workers in sessions of their own: the group
+        # kill misses them, and once the launcher dies they belong to init. Remember every
+        # descendant (pid, start time) while the command runs, so none outlives it.
+        while self.process.returncode is None:
+            self.seen.update(descendants(self.process.pid))
+            await asyncio.sleep(TREE_POLL)
+
+    def _kill_everything(self) -> None:
+        self.seen.update(descendants(self.process.pid))
+        _killpg(self.pgid, signal.SIGKILL)
+        for pid, started in list(self.seen):
+            if process_start_time(pid) == started:  # still the same process, not a reused pid
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(os.getpgid(pid), signal.SIGKILL)
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+
     async def wait(self) -> ExitStatus:
         code = await self._leader_exit()
         # A background child (`cmd &`) may still hold the pipes; like a container, everything
         # of the command ends with it, so give the pipes a moment and then kill the rest.
         _, pending = await asyncio.wait(self._readers, timeout=STRAY_WAIT)
-        _killpg(self.pgid, signal.SIGKILL)
+        self._kill_everything()
         if pending:
             _, pending = await asyncio.wait(pending, timeout=STRAY_WAIT)
             for task in pending:  # a grandchild that escaped the group still holds a pipe
@@ -57,11 +78,15 @@ class ProcessExecution(Execution):
     async def stop(self, grace: float) -> None:
         if self.process.returncode is not None:
             return
+        if grace <= 0:  # a crash: nothing gets to clean up
+            self._kill_everything()
+            await self._leader_exit()
+            return
         _killpg(self.pgid, signal.SIGTERM)
         try:
             await asyncio.wait_for(self._leader_exit(), timeout=grace)
         except TimeoutError:
-            _killpg(self.pgid, signal.SIGKILL)
+            self._kill_everything()
             await self._leader_exit()
 
 
@@ -104,6 +129,30 @@ def process_start_time(pid: int) -> int | None:
         return None
     # the command name (field 2) may hold spaces and parentheses: split after its closing one
     return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def descendants(root: int) -> set[tuple[int, int | None]]:
+    """(pid, start time) of every live descendant of `root`, from /proc's parent links."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
+    except OSError:
+        return set()
+    starts: dict[int, int] = {}
+    for pid in entries:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        children.setdefault(int(fields[1]), []).append(pid)
+        starts[pid] = int(fields[19])
+    found: set[tuple[int, int | None]] = set()
+    stack = list(children.get(root, []))
+    while stack:
+        pid = stack.pop()
+        found.add((pid, starts.get(pid)))
+        stack.extend(children.get(pid, []))
+    return found
 
 
 def _group_alive(pgid: int) -> bool:

@@ -83,3 +83,33 @@ def _live_members(pgid: int) -> list[int]:
         if int(fields[2]) == pgid and fields[0] != "Z":
             members.append(int(entry))
     return members
+
+
+def test_stop_also_kills_children_that_left_the_process_group(tmp_path):
+    """torchrun starts its workers in sessions of their own; a stop must not orphan them."""
+    import asyncio
+    import subprocess
+
+    from nodeagent.runtimes.process import ProcessRuntime
+
+    from .agent_support import make_placement
+
+    marker = f"escaped-{tmp_path.name}"
+    command = f"setsid sleep 301 {marker} & echo started; sleep 300"
+
+    async def scenario():
+        from nodeagent.runtimes import LaunchSpec
+
+        placement = make_placement(command=command)
+        runtime = ProcessRuntime(real_gpus=False)
+        lines: list[str] = []
+        execution = await runtime.start(LaunchSpec(placement, tmp_path, tmp_path / "out", {"PATH": "/usr/bin:/bin"}), lines.append)
+        while "started" not in lines:
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(1.2)  # one snapshot of the tree
+        await execution.stop(0)
+        return await execution.wait()
+
+    status = asyncio.run(scenario())
+    assert status.signal == 9
+    assert subprocess.run(["pgrep", "-f", marker], capture_output=True).returncode == 1
