@@ -20,7 +20,8 @@ def test_a_spot_job_pauses_for_an_on_demand_job_and_resumes_from_its_checkpoint(
     wait_for_status(spot.pk, "Running", timeout=60)
     wait_until(lambda: len(steps_logged(spot.pk, "master", 1)) >= 5, timeout=60, message="five spot steps")
 
-    urgent = create_job(bob, "urgent", "echo on-demand work; sleep 2", gpus_per_node=8, memory_gb=2048)
+    # keep-alive 0: its node is not held warm for bob, so the spot job gets it back at once
+    urgent = create_job(bob, "urgent", "echo on-demand work; sleep 2", gpus_per_node=8, memory_gb=2048, keep_alive_minutes=0)
 
     spot = wait_for_status(spot.pk, "Pending - spotinterrupted", timeout=60)
     assert "capacity reclaimed by on-demand job urgent" in spot.status_reason.lower()
