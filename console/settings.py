@@ -115,7 +115,12 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATICFILES_DIRS = [BASE_DIR / "static"]
+STATICFILES_DIRS = [
+    BASE_DIR / "static",
+    # plotly.js as the `plotly` package ships it (/static/vendor/plotly/plotly.min.js): no CDN,
+    # and no 4 MB copy in the repository
+    ("vendor/plotly", Path(__import__("plotly").__file__).parent / "package_data"),
+]
 STATIC_ROOT = BASE_DIR / "staticfiles"
 SERVE_STATIC = env_bool("SERVE_STATIC", True)
 
@@ -161,6 +166,19 @@ CELERY_BEAT_SCHEDULE = {
     "schedule-jobs": {"task": "jobs.tasks.schedule_jobs", "schedule": float(SCHEDULER_TICK_SECONDS)},
     "watch-heartbeats": {"task": "jobs.tasks.watch_heartbeats", "schedule": float(SCHEDULER_TICK_SECONDS)},
 }
+
+# Metrics: raw samples are kept this many days, their 5-minute roll-ups this many; beat rolls
+# up every METRICS_ROLLUP_INTERVAL_SECONDS and applies retention hourly (monitoring.tasks).
+METRICS_RAW_RETENTION_DAYS = env_int("METRICS_RAW_RETENTION_DAYS", 7, minimum=1)
+METRICS_ROLLUP_RETENTION_DAYS = env_int("METRICS_ROLLUP_RETENTION_DAYS", 90, minimum=1)
+METRICS_ROLLUP_INTERVAL_SECONDS = env_int("METRICS_ROLLUP_INTERVAL_SECONDS", 60, minimum=5)
+CELERY_BEAT_SCHEDULE["rollup-metrics"] = {"task": "monitoring.tasks.rollup_metrics", "schedule": float(METRICS_ROLLUP_INTERVAL_SECONDS)}
+CELERY_BEAT_SCHEDULE["purge-metrics"] = {"task": "monitoring.tasks.purge_metrics", "schedule": 3600.0}
+
+# Training Workspaces and the warm pool: a job's nodes stay warm for its keep-alive (default 10
+# minutes, at most this many); beat reserves and releases workspace nodes every scheduler tick.
+WARM_POOL_MAX_KEEP_ALIVE_MINUTES = env_int("WARM_POOL_MAX_KEEP_ALIVE_MINUTES", 60, minimum=0)
+CELERY_BEAT_SCHEDULE["reconcile-workspaces"] = {"task": "workspaces.tasks.reconcile_workspaces", "schedule": float(SCHEDULER_TICK_SECONDS)}
 
 LOGGING = {
     "version": 1,

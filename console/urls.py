@@ -4,6 +4,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from monitoring.api import JobLogsView
+from monitoring.metrics_api import JobMetricsView
 from monitoring.views import download_logs
 
 from . import views
@@ -15,8 +16,12 @@ urlpatterns = [
     path("jobs/", include("jobs.urls")),
     path("jobs/<int:pk>/logs/download/", download_logs, name="logs-download"),
     path("nodes/", include("jobs.node_urls")),
+    path("dashboard/", include("monitoring.urls")),
     path("api/v1/training-jobs/<int:pk>/logs/", JobLogsView.as_view(), name="api-job-logs"),
+    path("api/v1/training-jobs/<int:pk>/metrics/", JobMetricsView.as_view(), name="api-job-metrics"),
     path("api/v1/", include("jobs.api.urls")),
+    path("api/v1/", include("workspaces.api.urls")),
+    path("", include("workspaces.urls")),  # /workspaces/, /usage/, /quotas/
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("admin/", admin.site.urls),

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from django import forms
 
+from workspaces.admission import job_errors as workspace_job_errors
+from workspaces.admission import workspace_for
+
 from .choices import FRAMEWORK_VERSIONS, Framework, LearningType
 from .models import ServerType, TrainingJob
 from .validation import (
@@ -76,6 +79,9 @@ class TrainingJobForm(forms.Form):
     volume_mount_path = forms.CharField(required=False, label="File Storage volume mount path")
     script_url = forms.CharField(required=False, label="Training script URL (Object Storage)")
     command = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 4}))
+    # Training Workspace and warm pool (rules: workspaces.admission)
+    workspace = forms.CharField(required=False, label="Training Workspace", widget=forms.Select)
+    keep_alive_minutes = _integer("Keep nodes warm (minutes)", min=0)
 
     def __init__(self, *args, owner=None, tags=None, **kwargs):
         super().__init__(*args, **kwargs)
@@ -88,9 +94,12 @@ class TrainingJobForm(forms.Form):
         )
         for name in REQUIRED_FIELDS:
             self.fields[name].show_required = True
+        names = list(owner.training_workspaces.values_list("name", flat=True)) if owner else []
+        self.fields["workspace"].widget.choices = [("", "None (shared pool)"), *((name, name) for name in names)]
         if not self.is_bound:
             self.initial.setdefault("node_count", 1)
             self.initial.setdefault("shm_size_gb", 64)
+            self.initial.setdefault("keep_alive_minutes", 10)
             self.initial.setdefault("framework_version", FRAMEWORK_VERSIONS[Framework.PYTORCH][0])
             if self.server_types:
                 self.initial.setdefault("server_type", self.server_types[0].name)
@@ -110,6 +119,7 @@ class TrainingJobForm(forms.Form):
             data["volume_mount_path"] = data["script_url"] = ""
         plain = {**data, "server_type": server_type.name if server_type else "", "tags": self.tags}
         errors = validate_job(plain, {st.name: st.info() for st in self.server_types})
+        errors = {**workspace_job_errors(self.owner, plain), **errors} if self.owner else errors  # quotas, workspace, keep-alive
         if "tags" in errors:
             # shown in the tags area; a non-field error keeps the form invalid
             self.tag_error = errors.pop("tags")
@@ -126,9 +136,12 @@ class TrainingJobForm(forms.Form):
         keys = [
             "name", "learning_type", "framework", "framework_version", "failover_enabled", "server_type",
             "gpus_per_node", "memory_gb", "node_count", "shm_size_gb", "image_url", "registry_username",
-            "volume_mount_path", "script_url", "command",
+            "volume_mount_path", "script_url", "command", "keep_alive_minutes",
         ]
-        return {key: data[key] for key in keys}
+        fields = {key: data[key] for key in keys}
+        if fields["keep_alive_minutes"] is None:
+            del fields["keep_alive_minutes"]  # the model's default
+        return {**fields, "workspace": workspace_for(self.owner, data.get("workspace"))}
 
 
 def tags_from_post(post) -> list[dict[str, str]]:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
+from workspaces.admission import job_errors as workspace_job_errors
+from workspaces.admission import workspace_for
 from workspaces.pricing import hourly_estimate
 
 from ..choices import FRAMEWORK_VERSIONS, Framework, LearningType
@@ -84,6 +86,9 @@ class TrainingJobSerializer(serializers.ModelSerializer):
     script_url = serializers.CharField(required=False, allow_blank=True, default="")
     command = serializers.CharField(allow_blank=True)
     tags = TagSerializer(many=True, required=False, default=list)
+    # Training Workspace (its name; blank: the shared pool) and warm pool (rules: workspaces.admission)
+    workspace = serializers.CharField(required=False, allow_blank=True, default="")
+    keep_alive_minutes = serializers.IntegerField(default=10, error_messages={"invalid": INTEGER_MESSAGE})
     has_registry_password = serializers.BooleanField(read_only=True)
     hourly_price = serializers.SerializerMethodField()
     history = StatusChangeSerializer(source="status_changes", many=True, read_only=True)
@@ -96,8 +101,9 @@ class TrainingJobSerializer(serializers.ModelSerializer):
             "image_url", "registry_username", "registry_password", "has_registry_password",
             "volume_mount_path", "script_url", "command", "tags",
             "status", "status_reason", "created_at", "updated_at", "hourly_price", "history",
+            "workspace", "keep_alive_minutes", "started_warm", "warm_note",
         ]
-        read_only_fields = ["status", "status_reason", "created_at", "updated_at"]
+        read_only_fields = ["status", "status_reason", "created_at", "updated_at", "started_warm", "warm_note"]
 
     def get_hourly_price(self, job: TrainingJob) -> str:
         price = job.server_type.price_per_gpu_hour(job.learning_type)
@@ -106,6 +112,7 @@ class TrainingJobSerializer(serializers.ModelSerializer):
     def to_representation(self, job: TrainingJob) -> dict:
         data = super().to_representation(job)
         data["server_type"] = job.server_type.name
+        data["workspace"] = job.workspace.name if job.workspace_id else ""
         return data
 
     def validate(self, attrs: dict) -> dict:
@@ -123,8 +130,10 @@ class TrainingJobSerializer(serializers.ModelSerializer):
         owner = self.context["request"].user
         if "name" not in errors and TrainingJob.objects.filter(owner=owner, name=attrs["name"]).exists():
             errors["name"] = DUPLICATE_NAME_MESSAGE
+        errors = {**workspace_job_errors(owner, attrs), **errors}  # quotas, workspace, keep-alive
         if errors:
             raise serializers.ValidationError(errors)
+        attrs["workspace"] = workspace_for(owner, attrs.get("workspace"))
         return attrs
 
     def _validate_update(self, attrs: dict) -> dict:

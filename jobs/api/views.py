@@ -28,7 +28,7 @@ class TrainingJobViewSet(viewsets.ModelViewSet):
             return TrainingJob.objects.none()
         jobs = (
             TrainingJob.objects.filter(owner=self.request.user)
-            .select_related("server_type")
+            .select_related("server_type", "workspace")
             .prefetch_related("tags", "status_changes")
         )
         params = self.request.query_params

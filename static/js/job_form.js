@@ -50,6 +50,7 @@
   }
 
   function price() {
+    if (value("workspace")) return "$0.00 (workspace contract)";
     const type = types[value("server_type")];
     const nodes = parseInt(value("node_count"), 10) || 0;
     const gpus = parseInt(value("gpus_per_node"), 10) || 0;
@@ -77,6 +78,8 @@
       ["Volume mount path", value("use_storage") ? value("volume_mount_path") || "—" : "Not used"],
       ["Training script", value("use_storage") ? value("script_url") || "—" : "Not used"],
       ["Command", value("command") || "—"],
+      ["Training Workspace", value("workspace") || "None (shared pool)"],
+      ["Keep nodes warm", `${value("keep_alive_minutes") || 10} min`],
       ["Tags", String(tags)],
     ];
     const list = document.getElementById("summary-list");
@@ -115,6 +118,9 @@
   form.addEventListener("submit", (e) => { if (!dialog.open) { e.preventDefault(); confirmCreate(); } });
   document.getElementById("cancel-create").addEventListener("click", () => dialog.close());
 
+  // "Create a Training Job in this workspace" links here with ?workspace=NAME
+  const wanted = new URLSearchParams(window.location.search).get("workspace");
+  if (wanted && $("workspace") && Array.from($("workspace").options).some((o) => o.value === wanted)) $("workspace").value = wanted;
   allocationOptions();
   versions();
   summary();

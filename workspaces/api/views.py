@@ -1,0 +1,58 @@
+"""REST endpoints of Training Workspaces: thin viewset over workspaces.actions; a user only
+ever sees their own workspaces."""
+
+from __future__ import annotations
+
+from django.db import IntegrityError
+from django.db.models import Prefetch
+from rest_framework import serializers, status, viewsets
+from rest_framework.response import Response
+
+from jobs.api.views import AUTHENTICATION
+from jobs.models import ServerType
+
+from .. import actions
+from ..models import Workspace, WorkspaceNode
+from ..quotas import NON_FIELD
+from ..validation import DUPLICATE_NAME_MESSAGE
+from .serializers import WorkspaceSerializer
+
+
+class WorkspaceViewSet(viewsets.ModelViewSet):
+    authentication_classes = AUTHENTICATION
+    serializer_class = WorkspaceSerializer
+    http_method_names = ["get", "post", "patch", "delete", "head", "options"]
+
+    def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):  # drf-spectacular reading the types: no user
+            return Workspace.objects.none()
+        return (
+            Workspace.objects.filter(owner=self.request.user).select_related("server_type")
+            .prefetch_related(Prefetch("reservations", queryset=WorkspaceNode.objects.order_by("reserved_at")), "status_changes")
+        )
+
+    def get_serializer_context(self) -> dict:
+        return {**super().get_serializer_context(), "server_types": list(ServerType.objects.all())}
+
+    def perform_create(self, serializer):
+        try:
+            serializer.instance = actions.create_workspace(self.request.user, serializer.validated_data)
+        except IntegrityError:  # the same name posted twice at once: the unique constraint decides
+            raise serializers.ValidationError({"name": DUPLICATE_NAME_MESSAGE})
+
+    def update(self, request, *args, **kwargs):
+        workspace = self.get_object()
+        serializer = self.get_serializer(workspace, data=request.data, partial=True)
+        serializer.is_valid(raise_exception=True)
+        if "node_count" in serializer.validated_data:
+            try:
+                actions.resize_workspace(workspace.pk, serializer.validated_data["node_count"], serializer.validated_data.get("when_busy"))
+            except actions.ResizeRefused as refused:
+                raise serializers.ValidationError({NON_FIELD: [str(refused)]})
+        return Response(self.get_serializer(self.get_queryset().get(pk=workspace.pk)).data)
+
+    def destroy(self, request, *args, **kwargs):
+        workspace = self.get_object()
+        if actions.cancel_workspace(workspace.pk) == "terminating":
+            return Response(self.get_serializer(self.get_queryset().get(pk=workspace.pk)).data, status=status.HTTP_202_ACCEPTED)
+        return Response(status=status.HTTP_204_NO_CONTENT)
