@@ -4,7 +4,7 @@ from django.contrib import admin, messages
 from django.utils import timezone
 
 from . import nodes
-from .models import JobAttempt, Node, NodeGPU, NodeToken, Placement
+from .models import HardwareEvent, JobAttempt, Node, NodeGPU, NodeToken, Placement
 
 
 class NodeGPUInline(admin.TabularInline):
@@ -20,7 +20,7 @@ class NodeAdmin(admin.ModelAdmin):
     search_fields = ["name", "address", "cordon_reason"]
     readonly_fields = ["connected", "lost", "last_heartbeat_at", "agent_version", "created_at"]
     inlines = [NodeGPUInline]
-    actions = ["cordon", "uncordon"]
+    actions = ["cordon", "uncordon", "reclaim"]
 
     def get_queryset(self, request):
         return super().get_queryset(request).select_related("server_type").prefetch_related("gpus")
@@ -38,6 +38,11 @@ class NodeAdmin(admin.ModelAdmin):
         for node in queryset:
             nodes.set_cordon(node.pk, True, f"Cordoned by {request.user.username}")
         self.message_user(request, f"{queryset.count()} node(s) cordoned.", messages.SUCCESS)
+
+    @admin.action(description="Reclaim from spot jobs (they pause and resume elsewhere; the node is cordoned)")
+    def reclaim(self, request, queryset):
+        count = sum(nodes.reclaim_from_spot(node.pk, f"node {node.name} reclaimed by {request.user.username}") for node in queryset)
+        self.message_user(request, f"{count} spot job(s) interrupted.", messages.SUCCESS)
 
     @admin.action(description="Uncordon the selected nodes")
     def uncordon(self, request, queryset):
@@ -97,3 +102,12 @@ class NodeGPUAdmin(admin.ModelAdmin):
     list_filter = ["model", "healthy"]
     search_fields = ["node__name", "uuid"]
     list_select_related = ["node"]
+
+
+@admin.register(HardwareEvent)
+class HardwareEventAdmin(admin.ModelAdmin):
+    list_display = ["occurred_at", "node", "gpu_index", "kind", "xid", "detail"]
+    list_filter = ["kind", "node"]
+    search_fields = ["node__name", "detail"]
+    list_select_related = ["node"]
+    date_hierarchy = "occurred_at"

@@ -180,7 +180,7 @@ async def test_a_non_zero_exit_fails_the_job_with_its_reason():
     await socket.receive_json_from(timeout=5)
     await sync_to_async(job.refresh_from_db)()
     assert job.status == "Failed"
-    assert job.status_reason == "master on gpu-01 exited with code 2"
+    assert job.status_reason == "No hardware fault signal: exited with code 2"
     placement = await sync_to_async(Placement.objects.get)(attempt__job=job)
     assert placement.state == "exited" and placement.exit_code == 2
     await socket.disconnect()

@@ -87,7 +87,7 @@ def test_a_node_without_heartbeats_is_lost_and_its_job_fails(alice, settings):
     job = TrainingJob.objects.get(pk=job.pk)
     assert node.lost and node.status() == "Lost"
     assert job.status == "Failed"
-    assert job.status_reason == "Node gpu-01 (master) stopped sending heartbeats"
+    assert job.status_reason == "Node gpu-01 stopped sending heartbeats"
     assert nodes.watch_heartbeats() == []  # idempotent
 
 

@@ -32,7 +32,8 @@ def stack(django_db_setup, django_db_blocker, object_store, tmp_path_factory):
         "DATABASE_URL": database_url(),
         "REDIS_URL": settings.REDIS_URL,
         "CHANNELS_PREFIX": settings.CHANNEL_LAYERS["default"]["CONFIG"]["prefix"],
-        "NODE_LOST_AFTER_SECONDS": "8",
+        # the agents fence themselves after 60 % of this: long enough to ride out a console restart
+        "NODE_LOST_AFTER_SECONDS": "20",
         "JOB_STOP_GRACE_SECONDS": "5",
         "SCHEDULER_TICK_SECONDS": "1",
         "PYTHONUNBUFFERED": "1",
