@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint venv clean
+.PHONY: run test lint venv clean containers
 
 $(PY):
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "Python 3.11 is needed ($(PYTHON) not found; set PYTHON=...)"; exit 1; }
@@ -30,6 +30,10 @@ test: $(STAMP)
 	DATABASE_URL=$${TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/simpleai} \
 	REDIS_URL=$${TEST_REDIS_URL:-redis://127.0.0.1:6379/14} \
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+## Install Podman, runc and a registry, and build the test image (root; cached): the Docker runtime's tests need them.
+containers: $(STAMP)
+	$(PY) -m jobs.tests.e2e.containers
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

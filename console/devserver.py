@@ -81,9 +81,34 @@ def _object_store(sup: Supervisor, env: dict[str, str]) -> None:
     print(f"Object storage: SeaweedFS S3 at {store.endpoint} (key {store.access_key})")
 
 
+def _local_runtime(env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+    """Containers where a Docker Engine API answers, the process runtime otherwise (LOCAL_NODE_RUNTIME
+    = auto | docker | process); says which. Returns the agents' extra flags and environment."""
+    choice = env.get("LOCAL_NODE_RUNTIME", "auto")
+    if choice not in ("auto", "docker", "process"):
+        raise SystemExit(f"LOCAL_NODE_RUNTIME must be auto, docker or process, not {choice!r}")
+    process = "commands run on this machine and the job's image is not used"
+    if choice == "process":
+        print(f"Runtime: process (LOCAL_NODE_RUNTIME=process): {process}.")
+        return [], env
+    from nodeagent.runtimes.docker import find_engine
+
+    found = find_engine(env)
+    if found is None:
+        where = env.get("DOCKER_HOST") or "/var/run/docker.sock or /run/podman/podman.sock"
+        if choice == "docker":
+            raise SystemExit(f"LOCAL_NODE_RUNTIME=docker, but no Docker Engine API answers at {where} (set DOCKER_HOST)")
+        print(f"Runtime: process (no Docker Engine API answers at {where}): {process}.")
+        return [], env
+    url, product = found
+    print(f"Runtime: docker ({product} at {url}): every job runs in its AI Training Image, pulled with its credentials.")
+    return ["--runtime", "docker"], {**env, "DOCKER_HOST": url}
+
+
 def _local_nodes(sup: Supervisor, env: dict[str, str], port: str) -> None:
     """Two simulated GPU nodes on this machine, so a job really runs out of the box."""
     count = int(env.get("LOCAL_NODES", "2"))
+    runtime_args, agent_env = _local_runtime(env) if count else ([], env)
     for i in range(1, count + 1):
         name = f"local-node-{i}"
         token = subprocess.run(
@@ -94,7 +119,8 @@ def _local_nodes(sup: Supervisor, env: dict[str, str], port: str) -> None:
             sys.executable, "-m", "nodeagent", "--console", f"http://127.0.0.1:{port}", "--token", token,
             "--name", name, "--gpus", env.get("LOCAL_NODE_GPUS", "simulated:8"),
             "--server-type", env.get("LOCAL_NODE_SERVER_TYPE", "g2"), "--work-dir", str(RUN_DIR / "nodes" / name),
-        ], env)
+            *runtime_args,
+        ], agent_env)
     if count:
         print(f"Started {count} local node agent(s) with simulated GPUs (LOCAL_NODES={count}).")
 

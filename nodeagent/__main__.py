@@ -23,7 +23,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"nodeagent: {exc}", file=sys.stderr)
         return EXIT_SETUP_FAILED
     try:
-        runtime = make_runtime(config.runtime, gpus.real)
+        runtime = make_runtime(config.runtime, gpus.real, node_name=config.name)
     except Exception as exc:  # the Docker SDK cannot reach the engine (DOCKER_HOST)
         print(f"nodeagent: the {config.runtime} runtime is not available: {exc}", file=sys.stderr)
         return EXIT_SETUP_FAILED

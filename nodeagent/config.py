@@ -26,6 +26,7 @@ class AgentConfig:
     address: str
     runtime: str  # "process" | "docker"
     stop_grace: float  # seconds; used when a placement does not say
+    metrics_interval: float = 10.0  # seconds between GPU/node metric samples; 0 turns them off
 
     @property
     def ws_url(self) -> str:
@@ -72,6 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--address", default="127.0.0.1", help="address other nodes reach this one at (MASTER_ADDR)")
     parser.add_argument("--runtime", choices=RUNTIMES, default="process", help="how the command runs (default: process)")
     parser.add_argument("--stop-grace", type=_positive_float, default=30.0, help="seconds between SIGTERM and SIGKILL")
+    parser.add_argument("--metrics-interval", type=_positive_float, default=10.0,
+                        help="seconds between GPU and node metric samples (default 10; 0 turns sampling off)")
     return parser
 
 
@@ -92,4 +95,5 @@ def parse_config(argv: Sequence[str] | None = None, environ: Mapping[str, str] |
     return AgentConfig(
         console=args.console, token=token, name=name, gpus=args.gpus, server_type=args.server_type,
         work_dir=work_dir, address=args.address, runtime=args.runtime, stop_grace=args.stop_grace,
+        metrics_interval=args.metrics_interval,
     )

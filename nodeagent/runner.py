@@ -109,6 +109,10 @@ class Runner:
         spec = LaunchSpec(p, self.paths.workdir, self.paths.output_dir, self.ctx.runtime.environment(p, self.paths.output_dir))
         try:
             execution = await self.ctx.runtime.start(spec, self.training.tap(self.log.line))
+        except ImageError as exc:  # a warm start skipped the pull, and the image has gone since
+            self.log.error(str(exc))
+            self._finish(ExitStatus(None, None), message=str(exc), image_error=True)
+            return
         except Exception as exc:  # bash missing, the Docker engine refusing the GPUs, ...
             self.log.error(f"The command could not be started: {exc}")
             self._finish(ExitStatus(None, None), message=f"the command could not be started: {exc}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from .base import Execution, ExitStatus, ImageError, LaunchSpec, Runtime
 
 
-def make_runtime(name: str, real_gpus: bool) -> Runtime:
+def make_runtime(name: str, real_gpus: bool, node_name: str = "") -> Runtime:
     if name == "process":
         from .process import ProcessRuntime
 
@@ -13,7 +13,7 @@ def make_runtime(name: str, real_gpus: bool) -> Runtime:
     if name == "docker":
         from .docker import DockerRuntime  # imports the Docker SDK only when asked for
 
-        return DockerRuntime(real_gpus)
+        return DockerRuntime(real_gpus, node_name=node_name)
     raise ValueError(f"unknown runtime {name!r}")
 
 

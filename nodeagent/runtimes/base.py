@@ -77,6 +77,11 @@ class Runtime(ABC):
     async def kill_orphan(self, marker: dict[str, Any], grace: float) -> None:
         """Stop a command started by an earlier agent process, if it still runs."""
 
+    async def remove_strays(self, grace: float) -> list[str]:
+        """At agent start, after recovery: stop what an earlier agent process left without a
+        marker (containers it created just before a crash); returns what it removed."""
+        return []
+
 
 def clean_line(raw: bytes) -> str:
     text = raw.decode("utf-8", errors="replace").rstrip("\r\n")
@@ -97,7 +102,9 @@ async def pump_lines(reader: asyncio.StreamReader, sink: LineSink) -> None:
                 sink(clean_line(end.partial))
             return
         except asyncio.LimitOverrunError as overrun:
-            sink(clean_line(await reader.readexactly(overrun.consumed)))
+            # `consumed` is where the newline is when the buffer already holds it (several
+            # chunks arrived before this task ran): never hand on more than the limit at once
+            sink(clean_line(await reader.readexactly(min(overrun.consumed, LINE_LIMIT))))
             after_piece = True
             continue
         if not (after_piece and raw in (b"\n", b"\r\n")):

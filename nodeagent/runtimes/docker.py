@@ -1,34 +1,58 @@
-"""The Docker runtime: the command runs in the job's image (Docker SDK, engine from DOCKER_HOST).
+"""The Docker runtime: the command runs in the job's image, through any Docker Engine API.
 
-The container sees the same paths as the process runtime would (working directory, OUTPUT_DIR,
-CHECKPOINT_VENDOR, the volume mount path are bind-mounted at identical paths), so the
-environment contract is the same for both runtimes. The SDK is blocking: every call goes
-through `asyncio.to_thread`.
+The engine is the one `DOCKER_HOST` names (Docker on GPU nodes; Podman's Docker-compatible
+service works too). The container sees the same paths as the process runtime would (working
+directory, OUTPUT_DIR, CHECKPOINT_VENDOR, the volume mount path are bind-mounted at identical
+paths), so the environment contract is the same for both runtimes. The SDK is blocking:
+every call goes through `asyncio.to_thread`.
+
+Every container carries labels naming its node, job, attempt and role: an agent that starts
+removes the containers of its node that it did not start itself (`remove_strays`), so a
+crashed agent leaves nothing running for long.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import math
+import os
 import signal
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from ..environment import VENDOR_DIR
 from ..logstream import LogStream
 from ..protocol import Placement
+from . import pulls
 from .base import LINE_LIMIT, Execution, ExitStatus, ImageError, LaunchSpec, LineSink, Runtime, pump_lines
 
+log = logging.getLogger(__name__)
+
 LABEL_PREFIX = "simpleai."
+PULL_READ_TIMEOUT = 1800  # seconds without a pull event (a big layer may give none) before giving up
+LOG_DRAIN_SECONDS = 5.0  # after the exit, time for the engine to deliver the last lines
 
 
 def container_name(placement: Placement) -> str:
     return f"simpleai-job{placement['job_id']}-attempt{placement['attempt']}-{placement['role']}"
 
 
-def build_run_kwargs(spec: LaunchSpec, real_gpus: bool, vendor_dir: Path = VENDOR_DIR) -> dict[str, Any]:
+def container_labels(placement: Placement, node_name: str) -> dict[str, str]:
+    return {
+        f"{LABEL_PREFIX}node": node_name,
+        f"{LABEL_PREFIX}job": str(placement["job_id"]),
+        f"{LABEL_PREFIX}job-name": placement["job_name"],
+        f"{LABEL_PREFIX}attempt": str(placement["attempt"]),
+        f"{LABEL_PREFIX}role": placement["role"],
+    }
+
+
+def build_run_kwargs(spec: LaunchSpec, real_gpus: bool, node_name: str = "", vendor_dir: Path = VENDOR_DIR) -> dict[str, Any]:
     """The keyword arguments of `client.containers.run` for one placement (pure: unit-tested)."""
     from docker.types import DeviceRequest
 
@@ -48,12 +72,10 @@ def build_run_kwargs(spec: LaunchSpec, real_gpus: bool, vendor_dir: Path = VENDO
         "working_dir": str(spec.workdir),
         "volumes": volumes,
         "network_mode": "host",  # torch.distributed rendezvous on MASTER_ADDR:MASTER_PORT across nodes
-        "labels": {
-            f"{LABEL_PREFIX}job": str(placement["job_id"]),
-            f"{LABEL_PREFIX}job-name": placement["job_name"],
-            f"{LABEL_PREFIX}attempt": str(placement["attempt"]),
-            f"{LABEL_PREFIX}role": placement["role"],
-        },
+        # an init as PID 1 passes the stop signal on (bash as PID 1 would ignore SIGTERM, so
+        # every stop would last the whole grace period) and reaps the command's children
+        "init": True,
+        "labels": container_labels(placement, node_name),
         "detach": True,
     }
     if placement.get("shm_size_gb"):
@@ -66,66 +88,43 @@ def build_run_kwargs(spec: LaunchSpec, real_gpus: bool, vendor_dir: Path = VENDO
     return kwargs
 
 
-class PullRefused(Exception):
-    """The engine's pull stream ended with an error event (its text says why)."""
-
-
-def classify_pull_error(exc: BaseException) -> str:
-    """authentication failed | not found | invalid reference | pull failed."""
-    from docker import errors
-
-    text = f"{exc} {getattr(exc, 'explanation', '') or ''}".lower()
-    status = getattr(exc, "status_code", None)
-    # Podman's Docker API reports a refused login as ImageNotFound: read the text first
-    if status in (401, 403) or any(word in text for word in ("unauthorized", "authentication required", "denied", "incorrect username or password")):
-        return "authentication failed"
-    if isinstance(exc, errors.InvalidRepository | errors.NullResource) or "invalid reference" in text \
-            or "invalid repository name" in text or "repository name must" in text or status == 400:
-        return "invalid reference"
-    if isinstance(exc, errors.NotFound) or status == 404 or any(word in text for word in ("not found", "manifest unknown", "no such image")):
-        return "not found"
-    return "pull failed"
-
-
-_HINTS = {
-    "authentication failed": "check the registry username and password of the job",
-    "not found": "check the image name and tag",
-    "invalid reference": "an image looks like registry.example.com/team/name:tag",
-    "pull failed": "the registry or the Docker engine failed",
-}
-
-
-def pull_error_message(image: str, exc: BaseException) -> str:
-    kind = classify_pull_error(exc)
-    return f"Image {image} could not be pulled: {kind} ({_HINTS[kind]}): {exc}"
-
-
 class DockerExecution(Execution):
+    """A started container: its stdout and stderr followed like a process's two pipes."""
+
     def __init__(self, container: Any, sink: LineSink) -> None:
         self.container = container
-        self.marker = {"container": container.id}
+        self.marker = {"container": container.id, "name": getattr(container, "name", "")}
         self._stopping = False
         loop = asyncio.get_running_loop()
-        # the SDK's log stream is a blocking iterator of chunks: a thread feeds them into a
-        # StreamReader so lines are cut exactly like the process runtime's
-        self._reader = asyncio.StreamReader(limit=LINE_LIMIT)
-        threading.Thread(target=self._follow_logs, args=(loop,), daemon=True, name=f"logs-{container.id[:12]}").start()
-        self._pump = asyncio.create_task(pump_lines(self._reader, sink))
+        self._pumps: list[asyncio.Task[None]] = []
+        # The SDK's log stream is a blocking iterator of chunks: one thread per stream feeds a
+        # StreamReader, so lines are cut exactly like the process runtime's (stdout and stderr
+        # separately: a half line on one never swallows a line of the other).
+        for stream in ("stdout", "stderr"):
+            reader = asyncio.StreamReader(limit=LINE_LIMIT)
+            threading.Thread(
+                target=self._follow, args=(loop, reader, stream), daemon=True, name=f"{stream}-{container.id[:12]}",
+            ).start()
+            self._pumps.append(asyncio.create_task(pump_lines(reader, sink)))
 
-    def _follow_logs(self, loop: asyncio.AbstractEventLoop) -> None:
+    def _follow(self, loop: asyncio.AbstractEventLoop, reader: asyncio.StreamReader, stream: str) -> None:
         try:
-            for chunk in self.container.logs(stdout=True, stderr=True, stream=True, follow=True):
-                loop.call_soon_threadsafe(self._reader.feed_data, chunk)
+            chunks = self.container.logs(stdout=stream == "stdout", stderr=stream == "stderr", stream=True, follow=True)
+            for chunk in chunks:
+                loop.call_soon_threadsafe(reader.feed_data, chunk)
         except Exception:  # the engine went away: the exit status says what happened
-            pass
+            log.debug("the %s stream of container %s ended early", stream, self.container.id[:12], exc_info=True)
         finally:
             with contextlib.suppress(RuntimeError):  # loop already closed at agent exit
-                loop.call_soon_threadsafe(self._reader.feed_eof)
+                loop.call_soon_threadsafe(reader.feed_eof)
 
     async def wait(self) -> ExitStatus:
         result = await asyncio.to_thread(self.container.wait)
-        await asyncio.wait({self._pump}, timeout=5)
-        with contextlib.suppress(Exception):
+        _, pending = await asyncio.wait(self._pumps, timeout=LOG_DRAIN_SECONDS)
+        for task in pending:
+            task.cancel()
+        # removed only now: the exit code and the last lines have been collected
+        with contextlib.suppress(Exception):  # already gone (an operator removed it)
             await asyncio.to_thread(self.container.remove, force=True)
         code = int(result.get("StatusCode", -1))
         if self._stopping and code - 128 in (signal.SIGTERM, signal.SIGKILL):
@@ -134,65 +133,139 @@ class DockerExecution(Execution):
 
     async def stop(self, grace: float) -> None:
         self._stopping = True
+        # the engine sends SIGTERM, waits up to the timeout, then SIGKILL, and returns when it is gone
         with contextlib.suppress(Exception):  # already gone
-            await asyncio.to_thread(self.container.stop, timeout=max(1, round(grace)))
+            await asyncio.to_thread(self.container.stop, timeout=math.ceil(grace))
 
 
 class DockerRuntime(Runtime):
     name = "docker"
     inherits_environment = False
+    # after the first try, a registry that does not answer is asked again after each delay
+    pull_retry_delays: tuple[float, ...] = (2.0, 5.0)
 
-    def __init__(self, real_gpus: bool, client: Any = None) -> None:
+    def __init__(self, real_gpus: bool, client: Any = None, node_name: str = "", pull_client: Any = None) -> None:
         super().__init__(real_gpus)
         if client is None:
             import docker
 
             client = docker.from_env()
-            client.ping()  # fail at agent start, not at the first job, when DOCKER_HOST is wrong
+            version = client.version()  # fail at agent start, not at the first job, when DOCKER_HOST is wrong
+            log.info("Docker runtime: %s %s (API %s) at %s", (version.get("Components") or [{}])[0].get("Name", "engine"),
+                     version.get("Version", "?"), version.get("ApiVersion", "?"),
+                     os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock"))
+            # a pull may be silent for minutes while a big layer downloads: its own read timeout
+            pull_client = pull_client or docker.from_env(timeout=PULL_READ_TIMEOUT)
         self.client = client
+        self.pull_api = (pull_client or client).api
+        self.node_name = node_name
+        self._names: set[str] = set()  # containers this agent process started: never strays
 
-    async def prepare_image(self, placement: Placement, log: LogStream) -> None:
-        from docker import errors
+    # -- the image ------------------------------------------------------------------------
+
+    async def prepare_image(self, placement: Placement, log: LogStream | JobLog) -> None:
+        """Pull the image with the job's credentials; an image already on the node is reused.
+
+        The registry is asked even when the image is here: it checks the job's credentials
+        (a private image pulled for one user must not run for another who cannot pull it),
+        and for an image that is up to date nothing is downloaded.
+        """
         from docker.utils import parse_repository_tag
 
-        image = placement["image"]
+        image = placement.get("image") or ""
+        node = self.node_name
         if not image:
-            raise ImageError("the job names no image, and the Docker runtime needs one")
-        repository, tag = parse_repository_tag(image)
-        always = tag in (None, "latest")  # a moving tag is pulled every time, like Kubernetes
-        if not always:
-            try:
-                await asyncio.to_thread(self.client.images.get, image)
-                log.info(f"Image {image} already present")
-                return
-            except errors.ImageNotFound:
-                pass
-            except Exception as exc:
-                raise ImageError(pull_error_message(image, exc)) from exc
-        log.info(f"Pulling image {image}")
-        started = time.monotonic()
-        registry = placement.get("registry")
+            raise ImageError(f"Image pull failed on {node}: the job names no image, and the Docker runtime needs one")
+        registry = placement.get("registry") or None
         auth = {"username": registry["username"], "password": registry["password"]} if registry else None
+        secrets = pulls.secret_forms(auth["username"], auth["password"]) if auth else []
+        repository, tag = parse_repository_tag(image)
+        tag = tag or "latest"
+        before = await self._image_id(image)
+        with_credentials = f" as registry user {auth['username']}" if auth else ""
+        log.info(f"Pulling image {image}{with_credentials}")
+        started = time.monotonic()
         try:
-            await asyncio.to_thread(self._pull, repository, tag or "latest", auth)
-        except Exception as exc:
-            raise ImageError(pull_error_message(image, exc)) from exc
-        log.info(f"Pulled image {image} ({time.monotonic() - started:.1f} s)")
+            tries = await self._pull_with_retries(image, repository, tag, auth, log, secrets)
+        except pulls.PullError as error:
+            tries = 1 + len(self.pull_retry_delays) if error.kind in pulls.RETRYABLE else 1
+            if error.kind == pulls.UNREACHABLE and before:
+                log.warning(f"Registry unreachable for {image} ({tries} tries); using the copy already on this node")
+                return
+            raise ImageError(pulls.failure_message(node, image, error, auth is not None, tries, secrets)) from None
+        elapsed = time.monotonic() - started
+        after = await self._image_id(image)
+        again = f" after {tries} tries" if tries > 1 else ""
+        if before and before == after:
+            log.info(f"Image {image} already on this node (id {_short(after)}): reused, nothing downloaded "
+                     f"(registry check {elapsed:.1f} s{again})")
+        else:
+            log.info(f"Pulled image {image} (id {_short(after)}, {await self._image_size(image)}) in {elapsed:.1f} s{again}")
 
-    def _pull(self, repository: str, tag: str, auth: dict[str, str] | None) -> None:
+    async def _pull_with_retries(self, image: str, repository: str, tag: str, auth: dict[str, str] | None,
+                                 log: LogStream | JobLog, secrets: list[str]) -> int:
+        """Returns how many tries it took; raises the last PullError."""
+        tries = 1 + len(self.pull_retry_delays)
+        for attempt, delay in enumerate([*self.pull_retry_delays, None], start=1):
+            try:
+                await asyncio.to_thread(self._pull_once, repository, tag, auth)
+                return attempt
+            except pulls.PullError as error:
+                if error.kind not in pulls.RETRYABLE or delay is None:
+                    raise
+                detail = pulls.condense(pulls.redact(error.detail, secrets))[-pulls.DETAIL_LIMIT:]
+                log.warning(f"Registry unreachable for {image} (try {attempt} of {tries}): {detail}; "
+                            f"trying again in {delay:g} s")
+                await asyncio.sleep(delay)
+        raise AssertionError("unreachable")  # the loop returns or raises
+
+    def _pull_once(self, repository: str, tag: str, auth: dict[str, str] | None) -> None:
         # The low-level stream, not `images.pull`: a registry refusal arrives as an `error`
         # event inside a 200 response, which `images.pull` ignores before failing with a
         # misleading "no such image".
-        sep = "@" if tag.startswith("sha256:") else ":"
-        for event in self.client.api.pull(repository, tag=tag, stream=True, decode=True, auth_config=auth):
-            if isinstance(event, dict) and event.get("error"):
-                raise PullRefused(str(event["error"]))
-        self.client.images.get(f"{repository}{sep}{tag}")
+        try:
+            for event in self.pull_api.pull(repository, tag=tag, stream=True, decode=True, auth_config=auth):
+                if isinstance(event, dict) and event.get("error"):
+                    text = str(event["error"])
+                    raise pulls.PullError(pulls.classify(RuntimeError(text)), text)
+            sep = "@" if ":" in tag else ":"  # a digest (sha256:...) rather than a tag
+            self.client.images.get(f"{repository}{sep}{tag}")
+        except pulls.PullError:
+            raise
+        except Exception as exc:  # APIError, ImageNotFound, the engine's connection, a read timeout
+            raise pulls.PullError(pulls.classify(exc), pulls.error_text(exc)) from None
+
+    async def _image_id(self, image: str) -> str | None:
+        try:
+            return (await asyncio.to_thread(self.client.images.get, image)).id
+        except Exception:  # not here (or the engine failed: the pull will say how)
+            return None
+
+    async def _image_size(self, image: str) -> str:
+        try:
+            attrs = (await asyncio.to_thread(self.client.images.get, image)).attrs
+            return f"{attrs.get('Size', 0) / 1e6:.0f} MB"
+        except Exception:
+            return "size unknown"
+
+    # -- the container --------------------------------------------------------------------
 
     async def start(self, spec: LaunchSpec, sink: LineSink) -> Execution:
-        kwargs = build_run_kwargs(spec, self.real_gpus)
-        await self._remove_leftover(kwargs["name"])
-        container = await asyncio.to_thread(self.client.containers.run, **kwargs)
+        if await self._image_id(spec.placement["image"]) is None:
+            # preparation was skipped (a warm start reuses an earlier job's environment) and
+            # the image has left the engine since: pull it with the job's credentials, or the
+            # engine would try without them
+            await self.prepare_image(spec.placement, _LinesAsLog(sink))
+        kwargs = build_run_kwargs(spec, self.real_gpus, self.node_name)
+        name = kwargs["name"]
+        self._names.add(name)
+        await self._remove_leftover(name)
+        try:
+            container = await asyncio.to_thread(self.client.containers.run, **kwargs)
+        except Exception:
+            # `run` is create + start: a container that was created but did not start stays
+            await self._remove_leftover(name)
+            raise
         return DockerExecution(container, sink)
 
     async def _remove_leftover(self, name: str) -> None:
@@ -202,9 +275,99 @@ class DockerRuntime(Runtime):
             await asyncio.to_thread(old.remove, force=True)
 
     async def kill_orphan(self, marker: dict[str, Any], grace: float) -> None:
-        if not marker.get("container"):
+        ref = marker.get("container") or marker.get("name")
+        if not ref:
             return
         with contextlib.suppress(Exception):  # NotFound: it is already gone
-            container = await asyncio.to_thread(self.client.containers.get, marker["container"])
-            await asyncio.to_thread(container.stop, timeout=max(1, round(grace)))
+            container = await asyncio.to_thread(self.client.containers.get, ref)
+            await self._stop_and_remove(container, grace)
+
+    async def remove_strays(self, grace: float) -> list[str]:
+        """Stop and remove this node's containers that this agent process did not start.
+
+        Called once at agent start, after the placements an earlier agent left have been
+        recovered: what is left is a container whose attempt the agent cannot watch (its
+        marker is gone, or it was created just before a crash).
+        """
+        if not self.node_name:
+            return []
+        try:
+            found = await asyncio.to_thread(
+                self.client.containers.list, all=True, ignore_removed=True,
+                filters={"label": f"{LABEL_PREFIX}node={self.node_name}"},
+            )
+        except Exception:
+            log.exception("could not list the containers of node %s", self.node_name)
+            return []
+        strays = [container for container in found if container.name not in self._names]
+        for container in strays:
+            labels = container.labels or {}
+            log.warning(
+                "removing container %s (job %s, attempt %s, role %s) left by an earlier agent process",
+                container.name, labels.get(f"{LABEL_PREFIX}job"), labels.get(f"{LABEL_PREFIX}attempt"),
+                labels.get(f"{LABEL_PREFIX}role"),
+            )
+        await asyncio.gather(*(self._stop_and_remove(container, grace) for container in strays))
+        return [container.name for container in strays]
+
+    async def _stop_and_remove(self, container: Any, grace: float) -> None:
+        with contextlib.suppress(Exception):
+            await asyncio.to_thread(container.stop, timeout=math.ceil(grace))
+        with contextlib.suppress(Exception):
             await asyncio.to_thread(container.remove, force=True)
+
+
+class JobLog(Protocol):
+    def info(self, text: str) -> None: ...
+
+    def warning(self, text: str) -> None: ...
+
+
+class _LinesAsLog:
+    """The job's log for `start`, which gets only the line sink: the same prefixes as LogStream's."""
+
+    def __init__(self, sink: LineSink) -> None:
+        self.sink = sink
+
+    def info(self, text: str) -> None:
+        self.sink(f"[INFO] {text}")
+
+    def warning(self, text: str) -> None:
+        self.sink(f"[WARN] {text}")
+
+
+def _short(image_id: str | None) -> str:
+    return (image_id or "unknown").removeprefix("sha256:")[:12]
+
+
+def find_engine(environ: Mapping[str, str] | None = None, timeout: float = 3.0) -> tuple[str, str] | None:
+    """The first Docker Engine API that answers: `(url, "Docker Engine 27.1" | "Podman Engine 4.3.1")`.
+
+    `$DOCKER_HOST` when it is set (and only it), else Docker's socket, then rootful Podman's.
+    """
+    import docker
+
+    environ = os.environ if environ is None else environ
+    if environ.get("DOCKER_HOST"):
+        candidates = [environ["DOCKER_HOST"]]
+    else:
+        candidates = ["unix:///var/run/docker.sock", "unix:///run/podman/podman.sock"]
+    for url in candidates:
+        if url.startswith("unix://") and not Path(url.removeprefix("unix://")).exists():
+            continue
+        try:
+            client = docker.from_env(environment={**environ, "DOCKER_HOST": url}, timeout=int(timeout))
+        except Exception:
+            continue
+        try:
+            version = client.version()
+        except Exception:
+            continue
+        finally:
+            client.close()
+        components = version.get("Components") or [{}]
+        product = components[0].get("Name") or "Docker Engine API"
+        if product == "Engine":
+            product = "Docker Engine"
+        return url, f"{product} {version.get('Version', '')}".strip()
+    return None

@@ -10,6 +10,7 @@ from .stack import wait_until
 
 
 def create_job(owner, name: str, command: str, node_count: int = 1, script_url: str = "", **extra) -> TrainingJob:
+    registry_password = extra.pop("registry_password", "")  # stored encrypted, not a field
     fields = {
         "name": name, "learning_type": "on_demand", "framework": "pytorch", "framework_version": "2.13.0",
         "failover_enabled": False, "server_type": "g2", "gpus_per_node": 1, "memory_gb": 256,
@@ -17,7 +18,7 @@ def create_job(owner, name: str, command: str, node_count: int = 1, script_url: 
         "registry_username": "", "volume_mount_path": "", "script_url": script_url, "command": command,
         **extra,
     }
-    return actions.create_job(owner, fields, [])
+    return actions.create_job(owner, fields, [], registry_password)
 
 
 def wait_for_status(job_id: int, *statuses: str, timeout: float = 90) -> TrainingJob:

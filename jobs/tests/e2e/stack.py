@@ -102,7 +102,9 @@ class Stack:
         self._spawn("worker", [sys.executable, "-m", "celery", "-A", "console", "worker", "-P", "threads", "-c", "4", "-l", "info", "--without-mingle", "--without-gossip"])
         self._spawn("beat", [sys.executable, "-m", "celery", "-A", "console", "beat", "-l", "warning", "-s", str(self.log_dir / "beat-schedule")])
 
-    def agent(self, name: str, token: str, gpus: str = "simulated:8", server_type: str = "g2", extra: tuple[str, ...] = ()) -> Agent:
+    def agent(self, name: str, token: str, gpus: str = "simulated:8", server_type: str = "g2", extra: tuple[str, ...] = (),
+              env: dict[str, str] | None = None) -> Agent:
+        """Start an agent; `extra` are more flags, `env` more variables (e.g. DOCKER_HOST)."""
         work_dir = self.log_dir / "nodes" / name
         work_dir.mkdir(parents=True, exist_ok=True)
         args = [
@@ -110,7 +112,7 @@ class Stack:
             "--gpus", gpus, "--server-type", server_type, "--work-dir", str(work_dir), "--address", "127.0.0.1",
             *extra,
         ]
-        agent = Agent(name, token, work_dir, self.log_dir / f"agent-{name}.log", args, self.env)
+        agent = Agent(name, token, work_dir, self.log_dir / f"agent-{name}.log", args, {**self.env, **(env or {})})
         self.agents.append(agent)
         return agent.start()
 

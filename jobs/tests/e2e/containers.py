@@ -1,0 +1,415 @@
+"""Real containers for the tests: Podman serving the Docker Engine API, and a private registry.
+
+What the Docker runtime is tested against (see /work/shared/reference/containers.md):
+
+- packages (apt, as root; skipped when present): podman, runc, catatonit (the container init),
+  docker-registry (the CNCF distribution registry), debootstrap, apache2-utils (htpasswd);
+- a small base image: a Debian `minbase` root file system with python3, built by debootstrap,
+  with `VARIANT_ID=simpleai-minbase` added to its /etc/os-release so a test can tell the
+  image's file from the host's; cached as `$SIMPLEAI_CACHE_DIR/<recipe>/rootfs.tar`;
+- the registry's storage holding that image as `team/minbase:1`, cached beside it.
+
+Per test session nothing outside a temporary directory is configured and no systemd is
+needed: `podman system service` runs as a background process on a socket there, with its own
+configuration files (runc, rlimits this machine allows, the registry marked insecure) and
+its own image store (so the first job really pulls); the registry runs on a free loopback
+port with a fresh random password. Both are stopped, and every container removed, at the end.
+
+`python -m jobs.tests.e2e.containers` installs and builds the cache alone and says how long
+each step took (`.ci/run` calls it before the suite, so the suite's time excludes it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+CACHE_DIR = Path(os.environ.get("SIMPLEAI_CACHE_DIR", "/var/cache/simpleai"))
+RECIPE = "minbase-bookworm-python3-v1"  # change it when the image below changes: a new cache entry
+SUITE = "bookworm"
+MIRROR = os.environ.get("DEBOOTSTRAP_MIRROR", "http://deb.debian.org/debian")
+IMAGE_PATH = "team/minbase"
+IMAGE_TAG = "1"
+IMAGE_MARKER = "VARIANT_ID=simpleai-minbase"
+USERNAME = "trainer"
+# every binary the setup needs → the package that brings it
+PACKAGES = {
+    "/usr/bin/podman": "podman",
+    "/usr/sbin/runc": "runc",
+    "/usr/libexec/podman/catatonit": "catatonit",
+    "/usr/bin/docker-registry": "docker-registry",
+    "/usr/sbin/debootstrap": "debootstrap",
+    "/usr/bin/htpasswd": "apache2-utils",
+}
+
+
+class SetupError(RuntimeError):
+    """The container setup cannot be done on this machine (the message says why)."""
+
+
+def _run(args: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(args, capture_output=True, text=True, **kwargs)
+    if result.returncode:
+        raise SetupError(f"{' '.join(args[:4])} failed ({result.returncode}): {(result.stderr or result.stdout)[-2000:]}")
+    return result
+
+
+def ensure_packages() -> float:
+    """Install what is missing with apt; returns the seconds spent (0 when nothing was)."""
+    missing = sorted({package for path, package in PACKAGES.items() if not Path(path).exists()})
+    if not missing:
+        return 0.0
+    if os.geteuid() != 0:
+        raise SetupError(f"the container tests need {', '.join(missing)}; run them as root (apt-get install) or install them")
+    started = time.monotonic()
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    lock = ["-o", "DPkg::Lock::Timeout=300"]  # another apt run (a second session) finishes first
+    _run(["apt-get", *lock, "update", "-qq"], env=env)
+    _run(["apt-get", *lock, "install", "-y", "-qq", "--no-install-recommends", *missing], env=env)
+    return time.monotonic() - started
+
+
+@contextlib.contextmanager
+def _cache_lock():
+    CACHE_DIR.mkdir(parents=True, exist_ok=True)
+    with open(CACHE_DIR / ".lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)  # two sessions never build the same entry at once
+        yield
+
+
+def ensure_rootfs() -> tuple[Path, float]:
+    """The base image's root file system as a tar (debootstrap on the first run); returns (path, seconds)."""
+    entry = CACHE_DIR / RECIPE
+    tar = entry / "rootfs.tar"
+    if tar.exists():
+        return tar, 0.0
+    started = time.monotonic()
+    with _cache_lock():
+        if tar.exists():
+            return tar, 0.0
+        entry.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=entry, prefix="build-") as build:
+            rootfs = Path(build) / "rootfs"
+            _run(["debootstrap", "--variant=minbase", "--include=python3,python-is-python3", SUITE, str(rootfs), MIRROR])
+            for junk in ("var/cache/apt", "var/lib/apt/lists", "usr/share/doc", "usr/share/locale", "usr/share/man"):
+                shutil.rmtree(rootfs / junk, ignore_errors=True)
+            # /etc/os-release is a link to /usr/lib/os-release: write the real file
+            os_release = rootfs / "usr/lib/os-release"
+            os_release.write_text(os_release.read_text() + f'VARIANT="Simple AI Training test image"\n{IMAGE_MARKER}\n')
+            partial = Path(build) / "rootfs.tar"
+            _run(["tar", "-C", str(rootfs), "-cf", str(partial), "."])
+            os.replace(partial, tar)  # atomic: a half-written tar is never taken for the cache
+    return tar, time.monotonic() - started
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _wait(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise SetupError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def _port_answers(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+@dataclass
+class ContainerHost:
+    """Podman's Docker API and a password-protected registry holding the test image."""
+
+    root: Path
+    registry_port: int
+    password: str = field(default_factory=lambda: f"Reg-{secrets.token_urlsafe(12)}")
+    username: str = USERNAME
+    processes: dict[str, subprocess.Popen] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def socket(self) -> Path:
+        return self.root / "podman.sock"
+
+    @property
+    def docker_host(self) -> str:
+        return f"unix://{self.socket}"
+
+    @property
+    def registry(self) -> str:
+        return f"127.0.0.1:{self.registry_port}"
+
+    @property
+    def image(self) -> str:
+        return f"{self.registry}/{IMAGE_PATH}:{IMAGE_TAG}"
+
+    def podman_env(self) -> dict[str, str]:
+        conf = self.root / "conf"
+        return {
+            **os.environ,
+            "CONTAINERS_CONF": str(conf / "containers.conf"),
+            "CONTAINERS_REGISTRIES_CONF": str(conf / "registries.conf"),
+            "CONTAINERS_STORAGE_CONF": str(conf / "storage.conf"),
+        }
+
+    def agent_env(self) -> dict[str, str]:
+        return {"DOCKER_HOST": self.docker_host}
+
+    def client(self):
+        import docker
+
+        return docker.DockerClient(base_url=self.docker_host, timeout=120)
+
+    def job_fields(self, **overrides: str) -> dict[str, str]:
+        """The job's AI Training Image: the test image with the right credentials (unless overridden)."""
+        return {"image_url": self.image, "registry_username": self.username, "registry_password": self.password, **overrides}
+
+    def containers(self, **labels: str) -> list[str]:
+        """Names of the containers (running or not) whose `simpleai.*` labels match."""
+        filters = {"label": [f"simpleai.{key.replace('_', '-')}={value}" for key, value in labels.items()]}
+        with contextlib.closing(self.client()) as client:
+            return [container.name for container in client.containers.list(all=True, filters=filters, ignore_removed=True)]
+
+    def logs(self) -> str:
+        return "\n".join(
+            f"===== {path.name} =====\n{path.read_text(errors='replace')[-4000:]}" for path in sorted(self.root.glob("*.log"))
+        )
+
+    # -- start and stop -----------------------------------------------------------------
+
+    def _write_configuration(self) -> None:
+        conf = self.root / "conf"
+        conf.mkdir(parents=True, exist_ok=True)
+        # cgroups in hybrid mode here: crun refuses them, runc works; podman's default
+        # rlimits are above this machine's hard limits. Locks and state live in this session's
+        # directory: the default shared-memory locks are one set per machine, and a fresh
+        # Podman frees them all at its start, under the feet of another session's Podman.
+        (conf / "containers.conf").write_text(f"""\
+[containers]
+default_ulimits = ["nofile=1024:1024", "nproc=4096:4096"]
+[engine]
+runtime = "runc"
+cgroup_manager = "cgroupfs"
+events_logger = "file"
+events_logfile_path = "{self.root}/events.log"
+tmp_dir = "{self.root}/libpod-tmp"
+lock_type = "file"
+""")
+        (conf / "registries.conf").write_text(f"""\
+unqualified-search-registries = []
+[[registry]]
+location = "{self.registry}"
+insecure = true
+""")
+        (conf / "storage.conf").write_text(f"""\
+[storage]
+driver = "overlay"
+graphroot = "{self.root}/storage"
+runroot = "{self.root}/run"
+""")
+
+    def _spawn(self, name: str, args: list[str], env: dict[str, str]) -> None:
+        with open(self.root / f"{name}.log", "ab") as log:
+            self.processes[name] = subprocess.Popen(
+                args, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            )
+
+    def _start_registry(self, data: Path) -> None:
+        reg = self.root / "registry"
+        reg.mkdir(exist_ok=True)
+        _run(["htpasswd", "-Bbc", str(reg / "htpasswd"), self.username, self.password])
+        (reg / "config.yml").write_text(f"""\
+version: 0.1
+log:
+  level: warn
+storage:
+  filesystem:
+    rootdirectory: {data}
+http:
+  addr: {self.registry}
+  secret: {secrets.token_hex(16)}
+auth:
+  htpasswd:
+    realm: simpleai-tests
+    path: {reg / "htpasswd"}
+""")
+        self._spawn("registry", ["docker-registry", "serve", str(reg / "config.yml")], dict(os.environ))
+        _wait(lambda: _port_answers(self.registry_port) or self.processes["registry"].poll() is not None, 30, "the registry")
+        if self.processes["registry"].poll() is not None:
+            raise SetupError(f"the registry exited:\n{self.logs()}")
+
+    def _start_podman(self) -> None:
+        self._spawn("podman", ["podman", "system", "service", "--time=0", self.docker_host], self.podman_env())
+
+        def answers() -> bool:
+            if self.processes["podman"].poll() is not None:
+                raise SetupError(f"podman system service exited:\n{self.logs()}")
+            if not self.socket.exists():
+                return False
+            try:
+                with contextlib.closing(self.client()) as client:
+                    return bool(client.ping())
+            except Exception:
+                return False
+
+        _wait(answers, 60, "Podman's Docker API")
+
+    def _push_test_image(self, rootfs_tar: Path) -> None:
+        env = self.podman_env()
+        local = f"localhost/simpleai-minbase:{RECIPE}"
+        _run(["podman", "import", str(rootfs_tar), local], env=env)
+        _run(["podman", "push", "--tls-verify=false", "--creds", f"{self.username}:{self.password}", local, self.image], env=env)
+        # the first job of the session must really pull it
+        _run(["podman", "rmi", local], env=env)
+
+    def start(self) -> ContainerHost:
+        started = time.monotonic()
+        self.timings["packages"] = ensure_packages()
+        rootfs_tar, self.timings["debootstrap"] = ensure_rootfs()
+        started_here = time.monotonic()
+        self._write_configuration()
+        cached = CACHE_DIR / RECIPE / "registry"
+        data = self.root / "registry-data"
+        if cached.is_dir():
+            shutil.copytree(cached, data)
+        self._start_registry(data)
+        self._start_podman()
+        if not cached.is_dir():
+            pushed = time.monotonic()
+            self._push_test_image(rootfs_tar)
+            with _cache_lock():
+                if not cached.is_dir():
+                    partial = cached.with_name(f"registry-{os.getpid()}")
+                    shutil.copytree(data, partial)
+                    os.replace(partial, cached)
+            self.timings["push"] = time.monotonic() - pushed
+        self.timings["session"] = time.monotonic() - started_here
+        self.timings["total"] = time.monotonic() - started
+        return self
+
+    def stop(self) -> None:
+        with contextlib.suppress(Exception), contextlib.closing(self.client()) as client:
+            for container in client.containers.list(all=True, ignore_removed=True):
+                with contextlib.suppress(Exception):
+                    container.remove(force=True)
+        for process in reversed(list(self.processes.values())):
+            if process.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGTERM)
+                try:
+                    process.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    os.killpg(process.pid, signal.SIGKILL)
+                    process.wait()
+        # podman makes its overlay directory a private bind mount of itself: undo it, or the
+        # temporary directory could not be removed
+        for mount_point in reversed(_mounts_under(self.root)):
+            subprocess.run(["umount", "-l", mount_point], capture_output=True)
+
+
+def _mounts_under(root: Path) -> list[str]:
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return []
+    points = [line.split()[4] for line in lines if len(line.split()) > 4]
+    return [point for point in points if point == str(root) or point.startswith(f"{root}/")]
+
+
+def start_container_host(root: Path) -> ContainerHost:
+    host = ContainerHost(root=root, registry_port=free_port())
+    try:
+        return host.start()
+    except BaseException:
+        host.stop()
+        raise
+
+
+@pytest.fixture(scope="session")
+def container_host(tmp_path_factory):
+    """Podman's Docker Engine API + a private registry (user `trainer`, a random password)
+    holding `team/minbase:1`; installs and builds what is missing on first use."""
+    if os.geteuid() != 0:  # CI runs as root; so must a developer who wants these tests
+        pytest.skip("real containers need root here (rootful Podman, and apt to install it)")
+    # a short path: the socket's must fit in 108 bytes
+    host = start_container_host(Path(tempfile.mkdtemp(prefix="simpleai-ctr-")))
+    print(f"\ncontainer host ready: {host.timings}", file=sys.stderr)
+    yield host
+    host.stop()
+    shutil.rmtree(host.root, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class RuntimeUnderTest:
+    """How the node agents of a test run commands, and what a job needs for that runtime."""
+
+    name: str
+    host: ContainerHost | None = None
+
+    @property
+    def agent_args(self) -> tuple[str, ...]:
+        return ("--runtime", self.name) if self.host else ()
+
+    @property
+    def agent_env(self) -> dict[str, str]:
+        return self.host.agent_env() if self.host else {}
+
+    def job_fields(self, **overrides: str) -> dict[str, str]:
+        """Image fields of a job (none for the process runtime: it ignores the image)."""
+        return self.host.job_fields(**overrides) if self.host else dict(overrides)
+
+    def containers(self, job_id: int) -> list[str]:
+        """The job's containers still on the engine (none for the process runtime)."""
+        return self.host.containers(job=str(job_id)) if self.host else []
+
+
+@pytest.fixture
+def runtime(request) -> RuntimeUnderTest:
+    """The agents' runtime: `process`, or `docker` for a test parametrized with
+    `@pytest.mark.parametrize("runtime", ["process", "docker"], indirect=True)`."""
+    name = getattr(request, "param", "process")
+    if name == "docker":
+        return RuntimeUnderTest("docker", request.getfixturevalue("container_host"))
+    return RuntimeUnderTest("process")
+
+
+def main() -> int:
+    """Install and build the cache now (CI runs it before the suite); prints the seconds spent."""
+    started = time.monotonic()
+    packages = ensure_packages()
+    _, debootstrap = ensure_rootfs()
+    root = Path(tempfile.mkdtemp(prefix="simpleai-ctr-"))
+    try:
+        host = start_container_host(root)
+        host.stop()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    print(f"container test setup ready in {time.monotonic() - started:.1f} s "
+          f"(apt {packages:.1f} s, debootstrap {debootstrap:.1f} s, image push {host.timings.get('push', 0):.1f} s; "
+          f"cache {CACHE_DIR / RECIPE})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
