@@ -41,3 +41,7 @@ class JobConsumer(AsyncJsonWebsocketConsumer):
 
     async def job_status(self, event: dict) -> None:
         await self.send_json(event)
+
+    async def job_metrics(self, event: dict) -> None:
+        """New metric samples of this job (monitoring.metrics_ingest.publish) for its charts."""
+        await self.send_json(event)

@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from .models import LogLine
+from .models import LogLine, MetricSeries
 
 
 @admin.register(LogLine)
@@ -10,3 +10,19 @@ class LogLineAdmin(admin.ModelAdmin):
     search_fields = ["job__name", "text"]
     list_select_related = ["job"]
     show_full_result_count = False  # the table is large; counting it on every page is slow
+
+
+@admin.register(MetricSeries)
+class MetricSeriesAdmin(admin.ModelAdmin):
+    """Read-only: series are created by ingestion and removed by retention."""
+
+    list_display = ["metric", "node", "gpu", "job_id", "stream", "namespace"]
+    list_filter = ["metric"]
+    search_fields = ["key", "node"]
+    show_full_result_count = False
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False

@@ -14,3 +14,11 @@ class LogLinesEvent(TypedDict):
 
 def logs_group(job_id: int) -> str:
     return f"job-{job_id}-logs"
+
+
+class MetricsEvent(TypedDict):
+    """New samples of a job, to group `job-<id>` (jobs.consumers.JobConsumer.job_metrics)."""
+
+    type: Literal["job.metrics"]
+    job_id: int
+    samples: list[list]  # [metric, ts (unix seconds), value, {"node", "gpu"} or {"stream"}]

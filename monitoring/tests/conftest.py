@@ -1,0 +1,96 @@
+"""Personas and metric data of the monitoring tests.
+
+Alice owns the jobs under test, Bob is another user (her jobs do not exist for him), `staff`
+sees the node pages. Samples are written through the same code ingestion uses.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+from django.test import Client
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from jobs import actions
+from jobs.tests.factories import UserFactory, job_fields
+from monitoring import metrics_ingest
+from monitoring.models import MetricRollup, MetricSeries
+
+NOW = datetime(2025, 3, 10, 12, 0, tzinfo=UTC).timestamp()  # a period boundary (12:00 UTC)
+
+
+@pytest.fixture(autouse=True)
+def fast_password_hashing(settings):
+    """Hash test passwords cheaply: the real hasher costs ~0.3 s a user on a small CI machine."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(autouse=True)
+def fresh_series_cache():
+    """Each test's database starts empty: so must ingestion's cache of series ids."""
+    metrics_ingest.forget_cached_series()
+    metrics_ingest._node_names.clear()
+    yield
+    metrics_ingest.forget_cached_series()
+
+
+@pytest.fixture
+def alice(db):
+    """The owner of the jobs under test."""
+    return UserFactory(username="alice")
+
+
+@pytest.fixture
+def bob(db):
+    """Another user, with no access to Alice's jobs."""
+    return UserFactory(username="bob")
+
+
+@pytest.fixture
+def staff(db):
+    """A staff user (node pages)."""
+    return UserFactory(username="staff", is_staff=True, is_superuser=True)
+
+
+def logged_in(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def api_client(user) -> APIClient:
+    client = APIClient()
+    token, _ = Token.objects.get_or_create(user=user)
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    return client
+
+
+@pytest.fixture
+def make_job(alice):
+    """Create a job through jobs.actions.create_job (Alice's unless `owner` is given)."""
+
+    def make(owner=None, **overrides):
+        return actions.create_job(owner or alice, job_fields(**overrides), [])
+
+    return make
+
+
+def store(node: str, samples: list[list], now: float | None = None) -> None:
+    """Store [metric, ts, value, dims] samples as if node `node` had sent them."""
+    metrics_ingest.store_samples(node, metrics_ingest.parse(samples), now=now)
+
+
+def gpu_samples(metric: str, job_id: int | None, node: str, gpu: int, points: list[tuple[float, float]]) -> list[list]:
+    dims = {"gpu": gpu} if job_id is None else {"gpu": gpu, "job": job_id}
+    return [[metric, ts, value, dims] for ts, value in points]
+
+
+def rollups() -> dict[tuple[str, float], tuple[int, float, float, float]]:
+    """Every stored roll-up: (series key, period start) → (count, sum, min, max)."""
+    keys = dict(MetricSeries.objects.values_list("id", "key"))
+    return {
+        (keys[r.series_id], r.period_start.timestamp()): (r.sample_count, r.total, r.minimum, r.maximum)
+        for r in MetricRollup.objects.all()
+    }

@@ -1,0 +1,1 @@
+"""Helpers and training scripts for the concurrent checkpointing tests."""
