@@ -46,9 +46,10 @@ class ObjectStore:
 
     def stop(self) -> None:
         if self.process and self.process.poll() is None:
+            # `weed server` flushes on SIGTERM but may not exit by itself: kill it after a moment
             self.process.terminate()
             try:
-                self.process.wait(timeout=10)
+                self.process.wait(timeout=2)
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
@@ -93,7 +94,9 @@ def start_seaweedfs(
         "-s3", f"-s3.port={s3_port}", f"-s3.port.grpc={free_port()}", f"-s3.config={config}",
         "-s3.port.iceberg=0", "-s3.port.lance=0",
         # small volumes so a dev machine does not preallocate gigabytes
-        "-master.volumeSizeLimitMB=256", "-volume.max=50", "-master.telemetry=false",
+        # every bucket is a collection that grows volumes of its own: let the volume count follow
+        # the free disk (0 = auto) rather than a fixed 50 that many test buckets exhaust
+        "-master.volumeSizeLimitMB=128", "-volume.max=0", "-master.telemetry=false",
     ]
     with open(log_path or data_dir / "weed.log", "ab") as log:  # the child keeps its own handle
         process = subprocess.Popen(

@@ -105,6 +105,7 @@ def test_retention_deletes_old_samples_and_roll_ups_and_nothing_else(settings, m
     assert rollup_runs.purge(now=at(NOW)) == rollup_runs.PurgeResult(0, 0, 0)
 
 
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)  # the retry happens at a real commit
 def test_a_series_whose_data_all_expired_is_removed(settings):
     settings.METRICS_RAW_RETENTION_DAYS, settings.METRICS_ROLLUP_RETENTION_DAYS = 1, 1
     store("node-a", gpu_samples("GPUUtilization", None, "node-a", 0, [(NOW - 3 * 86_400, 1.0)]), now=NOW)

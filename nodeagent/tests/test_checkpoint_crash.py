@@ -7,7 +7,7 @@ import signal
 import subprocess
 import sys
 import threading
-import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -20,26 +20,24 @@ from concurrent_checkpoint import CheckpointEngine, writer  # noqa: E402
 SCRIPT = support.HERE / "crash_train.py"
 
 
-def wait_for_line(process: subprocess.Popen, wanted: str, timeout: float = 240) -> list[str]:
-    deadline = time.monotonic() + timeout
+def wait_for_line(process: subprocess.Popen, wanted: str, stderr: Path) -> list[str]:
     seen = []
-    while time.monotonic() < deadline:
-        line = process.stdout.readline()
-        if not line:
-            break
+    while line := process.stdout.readline():  # the script exits (EOF) if it never prints it
         seen.append(line.strip())
-        if line.startswith(wanted):
+        if line.strip() == wanted:
             return seen
     process.kill()
-    raise AssertionError(f"never printed {wanted!r}; got {seen}; stderr: {process.stderr.read()}")
+    raise AssertionError(f"never printed {wanted!r}; got {seen}; stderr: {stderr.read_text()[-3000:]}")
 
 
 @pytest.mark.slow
 def test_a_process_killed_during_a_flush_resumes_from_the_previous_checkpoint(tmp_path):
-    process = subprocess.Popen([sys.executable, str(SCRIPT), str(tmp_path)], env=support.subprocess_env(),
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    wait_for_line(process, "DURABLE 3")
-    wait_for_line(process, "FLUSHING 6")
+    stderr = tmp_path / "stderr.txt"
+    with open(stderr, "w") as errors:
+        process = subprocess.Popen([sys.executable, str(SCRIPT), str(tmp_path)], env=support.subprocess_env(),
+                                   stdout=subprocess.PIPE, stderr=errors, text=True)
+    wait_for_line(process, "DURABLE 3", stderr)
+    wait_for_line(process, "FLUSHING 6", stderr)
     os.kill(process.pid, signal.SIGKILL)
     process.wait(timeout=30)
     root = tmp_path / "concurrent_checkpoint"

@@ -9,6 +9,7 @@ makes the flush of step 6 hang in its first write and prints `FLUSHING 6` while 
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -19,13 +20,21 @@ from concurrent_checkpoint import CheckpointEngine, writer
 output = Path(sys.argv[1])
 slow = {"on": False, "announced": False}
 original_pwrite = writer.pwrite_all
+print_lock = threading.Lock()
+
+
+def say(line: str) -> None:
+    """One whole line per write: the writer thread and the main thread both report."""
+    with print_lock:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
 
 
 def pwrite_all(fd: int, data: memoryview, offset: int) -> None:
     if slow["on"]:
         if not slow["announced"]:
             slow["announced"] = True
-            print(f"FLUSHING {slow['step']}", flush=True)
+            say(f"FLUSHING {slow['step']}")
         time.sleep(30)  # a very slow disk: the flush is still going when the test kills us
     original_pwrite(fd, data, offset)
 
@@ -46,9 +55,9 @@ def on_step(step: int) -> None:
     if step == 3:
         engine.wait()
         torch.save(support.plain_state(model, optimizer, scheduler, step), output / "expected-3.pt")
-        print("DURABLE 3", flush=True)
+        say("DURABLE 3")
 
 
 support.train_plain(model, optimizer, scheduler, 0, 7, on_step=on_step)
-print("TRAINING DONE", flush=True)
+say("TRAINING DONE")
 time.sleep(60)  # the test kills us long before

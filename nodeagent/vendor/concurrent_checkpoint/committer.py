@@ -114,7 +114,7 @@ class Committer:
     # --- commit thread -------------------------------------------------------------------------
 
     def _loop(self) -> None:
-        lower_priority()
+        lower_priority(self.config.background_nice)
         while (pending := self._queue.get()) is not None:
             try:
                 self._commit(pending)
@@ -229,7 +229,7 @@ class Committer:
 
     def _mirror_loop(self) -> None:
         assert self.mirror is not None
-        lower_priority()
+        lower_priority(self.config.background_nice)
         while (item := self._mirror_queue.get()) is not None:
             path, manifest = item
             try:

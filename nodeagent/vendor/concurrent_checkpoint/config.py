@@ -103,6 +103,7 @@ class CheckpointConfig:
     fsync: bool = True  # durability; off only for throw-away runs
     verify: bool = True  # check CRC32 checksums when loading
     direct_io: bool = True  # O_DIRECT writes where the filesystem allows: no page-cache copy, little CPU
+    background_nice: int = 10  # writer threads this many nice levels below training (0: same)
     piece_mb: int = 64  # largest write unit; smaller pieces let copy and write overlap
     commit_timeout: float = 900.0  # seconds rank 0 waits for the other ranks' shards
     rank: int | None = None  # None: torch.distributed, then RANK
@@ -143,6 +144,8 @@ class CheckpointConfig:
             raise ConfigError(f"parser_threads must be >= 1, got {self.parser_threads}")
         if self.keep_last < 1:
             raise ConfigError(f"keep_last must be >= 1, got {self.keep_last}")
+        if not 0 <= self.background_nice <= 19:
+            raise ConfigError(f"background_nice must be 0..19, got {self.background_nice}")
         if self.piece_mb < 1:
             raise ConfigError(f"piece_mb must be >= 1, got {self.piece_mb}")
 

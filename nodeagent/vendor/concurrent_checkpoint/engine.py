@@ -282,7 +282,7 @@ class CheckpointEngine:
         # several pieces in flight at once, so copying and writing overlap
         self._piece_max = max(64, min(self._piece_max, self._cache.capacity // 4))
         self._copier = Copier(self._cache, self.lazy)
-        self._writers = WriterPool(self._cache, self.config.parser_threads)
+        self._writers = WriterPool(self._cache, self.config.parser_threads, self.config.background_nice)
         if capacity < need:
             log.warning("[Concurrent Checkpoint] host cache (%.1f MB) is smaller than one checkpoint "
                         "(%.1f MB): every save will wait for its own writes", capacity / _MiB, need / _MiB)

@@ -101,8 +101,9 @@ class ShardJob:
 
 
 class WriterPool:
-    def __init__(self, cache: HostCache, threads: int) -> None:
+    def __init__(self, cache: HostCache, threads: int, nice: int = 0) -> None:
         self.cache = cache
+        self.nice = nice
         self._queue: queue.Queue = queue.Queue()
         self._threads = [threading.Thread(target=self._run, name=f"ckpt-writer-{i}", daemon=True)
                          for i in range(threads)]
@@ -119,7 +120,7 @@ class WriterPool:
             thread.join(timeout=60)
 
     def _run(self) -> None:
-        lower_priority()
+        lower_priority(self.nice)
         while (task := self._queue.get()) is not None:
             job, piece, region, ready = task
             try:
@@ -143,16 +144,13 @@ class WriterPool:
         return crcs
 
 
-BACKGROUND_NICE = 10
-
-
-def lower_priority() -> None:
-    """Run the calling (background) thread at a lower CPU priority than training.
+def lower_priority(increment: int) -> None:
+    """Run the calling (background) thread `increment` nice levels below training.
 
     Checkpoint writing only borrows CPU (checksums, syscalls); when training keeps every core busy
     the scheduler should favour training. Linux applies `setpriority` to a single thread.
     """
-    if hasattr(os, "setpriority") and hasattr(threading, "get_native_id"):
+    if increment > 0 and hasattr(os, "setpriority") and hasattr(threading, "get_native_id"):
         with contextlib.suppress(OSError):
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(),
-                           min(19, os.getpriority(os.PRIO_PROCESS, 0) + BACKGROUND_NICE))
+                           min(19, os.getpriority(os.PRIO_PROCESS, 0) + increment))
