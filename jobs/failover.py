@@ -117,25 +117,26 @@ def decide(job: TrainingJob, decision: Decision) -> None:
     job.status_reason = (f"Reallocating to healthy nodes after {decision.reason} "
                          f"(failover {job.failover_count} of {MAX_FAILOVERS})")
     job.save(update_fields=["failover_count", "status_reason", "updated_at"])
-    _end_attempt(job, decision.reason)
+    end_attempt(job, decision.reason)
     schedule_on_commit()
 
 
 def pause_spot(job: TrainingJob, reason: str) -> None:
     """Interrupt a spot job: SIGTERM (its checkpoint becomes durable in the grace), then wait."""
     actions.transition(job.pk, JobStatus.SPOT_INTERRUPTED, _capitalise(reason) + "; resumes from its newest checkpoint when capacity returns")
-    _end_attempt(job, reason)
+    end_attempt(job, reason)
     for stream in _streams(job):
         console_log.write(job.pk, stream, job.current_attempt, f"[SPOT] Interrupted: {reason}; the command gets SIGTERM and its grace period to checkpoint")
     _stop_attempt(job)
 
 
 def _give_up(job: TrainingJob, status: str, reason: str) -> None:
-    _end_attempt(job, reason)
+    end_attempt(job, reason)
     actions.transition(job.pk, status, reason)
 
 
-def _end_attempt(job: TrainingJob, cause: str) -> None:
+def end_attempt(job: TrainingJob, cause: str) -> None:
+    """Close the job's current attempt with its cause (once; a later call changes nothing)."""
     JobAttempt.objects.filter(job=job, number=job.current_attempt, ended_at__isnull=True).update(
         ended_at=timezone.now(), cause=cause[:500],
     )

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from django.db import transaction
 from django.utils import timezone
 
+from nodeagent.protocol import stream_role
+
 from . import actions, console_log, failover
 from .choices import JobStatus
 from .models import JobAttempt, Node, Placement, PlacementState, TrainingJob
@@ -51,7 +53,7 @@ def start_attempt(job_id: int, assignments: list[Assignment]) -> JobAttempt | No
     Placement.objects.bulk_create([
         Placement(
             attempt=attempt, node_id=a.node_id, node_name=a.node_name, node_rank=rank,
-            role="master" if rank == 0 else f"worker-{rank}", gpu_indices=list(a.gpu_indices),
+            role=stream_role(rank), gpu_indices=list(a.gpu_indices),
         )
         for rank, a in enumerate(assignments)
     ])
@@ -66,7 +68,7 @@ def start_attempt(job_id: int, assignments: list[Assignment]) -> JobAttempt | No
         reason = f"{label}: attempt {number} placed on {nodes}, resuming from {resume}"
         cause = previous.cause if previous else ""
         for rank, a in enumerate(assignments):
-            console_log.write(job.pk, "master" if rank == 0 else f"worker-{rank}", number,
+            console_log.write(job.pk, stream_role(rank), number,
                               f"[{label.upper()}] ==== attempt {number - 1} was interrupted ({cause}); "
                               f"attempt {number} on node {a.node_name}, resuming from {resume} ====", opening=True)
     actions.transition(job.pk, JobStatus.CREATING, reason)
@@ -150,12 +152,6 @@ def _time_lost(job: TrainingJob, attempt: JobAttempt, now) -> float:
     return max(0.0, (now - progress_since).total_seconds())
 
 
-def _end_attempt(job: TrainingJob, cause: str) -> None:
-    JobAttempt.objects.filter(job=job, number=job.current_attempt, ended_at__isnull=True).update(
-        ended_at=timezone.now(), cause=cause[:500],
-    )
-
-
 def _after_exit(job: TrainingJob, placement: Placement, report: PlacementReport) -> None:
     placements = list(Placement.objects.filter(attempt__job=job, attempt__number=job.current_attempt))
     still_holding = [p for p in placements if p.state in HOLDING_STATES]
@@ -173,7 +169,7 @@ def _after_exit(job: TrainingJob, placement: Placement, report: PlacementReport)
             outputs = sorted({p.output_url.rsplit("/", 2)[0] for p in placements if p.output_url})
             job.result_url = outputs[0] + "/" if outputs else ""
             job.save(update_fields=["result_url", "updated_at"])
-            _end_attempt(job, "Completed")
+            failover.end_attempt(job, "Completed")
             actions.transition(job.pk, JobStatus.COMPLETED, "Every node's command exited with code 0")
         return
     evidence = failover.evidence_for(placement)
