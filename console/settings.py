@@ -165,6 +165,7 @@ SCHEDULER_TICK_SECONDS = env_int("SCHEDULER_TICK_SECONDS", 5, minimum=1)
 CELERY_BEAT_SCHEDULE = {
     "schedule-jobs": {"task": "jobs.tasks.schedule_jobs", "schedule": float(SCHEDULER_TICK_SECONDS)},
     "watch-heartbeats": {"task": "jobs.tasks.watch_heartbeats", "schedule": float(SCHEDULER_TICK_SECONDS)},
+    "finish-failover-assessments": {"task": "jobs.tasks.finish_failover_assessments", "schedule": float(SCHEDULER_TICK_SECONDS)},
 }
 
 # Metrics: raw samples are kept this many days, their 5-minute roll-ups this many; beat rolls

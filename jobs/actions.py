@@ -13,9 +13,12 @@ from django.utils import timezone
 
 from .choices import ACTIVE_STATUSES, JobStatus
 from .events import JobStatusEvent, send_job_event
-from .models import JobStatusChange, JobTag, ServerType, TrainingJob
+from .models import JobAttempt, JobStatusChange, JobTag, ServerType, TrainingJob
 from .notify import schedule_on_commit, sync_nodes_on_commit
 from .states import check_transition
+
+# the statuses in which a job's current attempt should run on its nodes
+RUNNABLE = frozenset({JobStatus.CREATING, JobStatus.RUNNING})
 
 
 def _publish_status(job: TrainingJob) -> None:
@@ -50,9 +53,14 @@ def transition(job_id: int, new_status: str, reason: str = "") -> TrainingJob:
     job = TrainingJob.objects.select_for_update().get(pk=job_id)
     check_transition(job.status, new_status)
     old = job.status
-    job.status, job.status_reason = new_status, reason
+    job.status, job.status_reason = new_status, reason[:500]
     job.save(update_fields=["status", "status_reason", "updated_at"])
-    JobStatusChange.objects.create(job=job, old_status=old, new_status=new_status, reason=reason)
+    JobStatusChange.objects.create(job=job, old_status=old, new_status=new_status, reason=reason[:500])
+    if old in RUNNABLE and new_status not in RUNNABLE:
+        # from now on its placements hold their GPUs only for the stop grace (jobs.capacity)
+        JobAttempt.objects.filter(job=job, number=job.current_attempt, stop_requested_at__isnull=True).update(
+            stop_requested_at=timezone.now(),
+        )
     _publish_status(job)
     return job
 

@@ -17,6 +17,7 @@ import dataclasses
 import logging
 from datetime import timedelta
 
+from celery import current_app
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -79,14 +80,43 @@ def interrupted(job: TrainingJob, placement: Placement, evidence: ExitEvidence) 
                            f"Assessing failover feasibility: {decision.reason}")
         job.refresh_from_db(fields=["status", "status_reason", "failover_count"])
         if decision.verdict is Verdict.AMBIGUOUS:
-            from .tasks import recheck_interruption
-
             placement_id = placement.pk
-            transaction.on_commit(lambda: recheck_interruption.apply_async((job.pk, placement_id), countdown=RECHECK_SECONDS))
+            transaction.on_commit(lambda: _ask_recheck(job.pk, placement_id))
         else:
             decide(job, decision)
     _stop_attempt(job)
     return decision
+
+
+def _ask_recheck(job_id: int, placement_id: int) -> None:
+    """The quick path of the recheck; `finish_overdue_assessments` makes up for a lost task."""
+    try:
+        current_app.send_task("jobs.tasks.recheck_interruption", (job_id, placement_id), countdown=RECHECK_SECONDS)
+    except Exception:
+        log.warning("could not queue the recheck of job %s; the assessment sweep does it", job_id, exc_info=True)
+
+
+def finish_overdue_assessments(now=None) -> list[int]:
+    """Level-triggered: every job still assessing a failover well past its recheck time is
+    rechecked now (its delayed task was lost with a worker or a broker). Returns the job ids."""
+    now = now or timezone.now()
+    done = []
+    attempts = JobAttempt.objects.filter(
+        job__status=JobStatus.FAILOVER_IN_PROGRESS, ended_at__isnull=True,
+        stop_requested_at__lt=now - timedelta(seconds=RECHECK_SECONDS * 3),
+    ).values_list("job_id", "number")
+    for job_id, number in attempts:
+        with transaction.atomic():
+            job = TrainingJob.objects.select_for_update().filter(pk=job_id, current_attempt=number).first()
+            placement = (
+                Placement.objects.select_related("attempt")
+                .filter(attempt__job_id=job_id, attempt__number=number)
+                .exclude(state__in=HOLDING_STATES).order_by("ended_at", "node_rank").first()
+            )
+            if job is not None and placement is not None:
+                recheck_later(job, placement)
+                done.append(job_id)
+    return done
 
 
 def recheck_later(job: TrainingJob, placement: Placement) -> None:
@@ -115,7 +145,7 @@ def decide(job: TrainingJob, decision: Decision) -> None:
         return
     job.failover_count += 1
     job.status_reason = (f"Reallocating to healthy nodes after {decision.reason} "
-                         f"(failover {job.failover_count} of {MAX_FAILOVERS})")
+                         f"(failover {job.failover_count} of {MAX_FAILOVERS})")[:500]
     job.save(update_fields=["failover_count", "status_reason", "updated_at"])
     end_attempt(job, decision.reason)
     schedule_on_commit()

@@ -76,14 +76,6 @@ def start_attempt(job_id: int, assignments: list[Assignment]) -> JobAttempt | No
     return attempt
 
 
-def set_waiting_reason(job_id: int, reason: str) -> None:
-    """A waiting job's reason changes without a status change (no history row)."""
-    # a failover keeps its decision as the reason; the history has the rest
-    TrainingJob.objects.filter(pk=job_id, status__in=[JobStatus.PENDING, JobStatus.SPOT_INTERRUPTED]).exclude(status_reason=reason).update(
-        status_reason=reason, updated_at=timezone.now(),
-    )
-
-
 @dataclass(frozen=True)
 class PlacementReport:
     job_id: int
@@ -108,7 +100,7 @@ def record_placement(report: PlacementReport, node_id: int) -> str:
         .filter(attempt__job=job, attempt__number=report.attempt, role=report.role, node_id=node_id)
         .first()
     )
-    if placement is None or placement.state in (PlacementState.EXITED, PlacementState.LOST):
+    if placement is None or placement.state not in HOLDING_STATES:
         return "stale"
     now = timezone.now()
     if report.state in (PlacementState.PREPARING, PlacementState.RUNNING):

@@ -11,19 +11,16 @@ from django.views.decorators.http import require_POST
 from nodeagent.protocol import FAULT_KINDS
 
 from . import nodes
+from .capacity_load import load_ledger
 from .models import Node, Placement
 from .models.attempts import HOLDING_STATES
 
 
-def _busy_node_ids() -> set[int]:
-    return set(Placement.objects.filter(state__in=HOLDING_STATES).values_list("node_id", flat=True))
-
-
 @staff_member_required
 def node_list(request: HttpRequest) -> HttpResponse:
-    busy = _busy_node_ids()
+    ledger = load_ledger()
     rows = [
-        (node, node.status(busy=node.pk in busy))
+        (node, node.status(busy=node.pk in ledger.nodes and ledger.node(node.pk).busy))
         for node in Node.objects.select_related("server_type").prefetch_related("gpus")
     ]
     return render(request, "jobs/node_list.html", {"rows": rows})
@@ -37,9 +34,10 @@ def node_detail(request: HttpRequest, pk: int) -> HttpResponse:
         .select_related("attempt__job__owner")
     )
     recent = Placement.objects.filter(node=node).select_related("attempt__job").order_by("-id")[:20]
-    used = {i for p in running for i in p.gpu_indices}
+    ledger = load_ledger().node(node.pk)
+    gpus = [(gpu, ledger.gpus.get(gpu.index)) for gpu in node.gpus.all()]
     return render(request, "jobs/node_detail.html", {
-        "node": node, "status": node.status(), "gpus": node.gpus.all(), "used": used,
+        "node": node, "status": node.status(busy=ledger.busy), "gpus": gpus,
         "running": running, "recent": recent,
         "hardware_events": node.hardware_events.all()[:50], "fault_kinds": FAULT_KINDS,
     })

@@ -11,9 +11,8 @@ from django.db.models import Q
 from django.utils import timezone
 
 from nodeagent import protocol
-from workspaces.agent_hints import add_warm_pool_hints
 
-from . import actions, failover
+from . import actions, failover, policy
 from .choices import JobStatus
 from .models import HardwareEvent, Node, NodeGPU, NodeToken, Placement, PlacementState, ServerType, TrainingJob
 from .models.attempts import HOLDING_STATES
@@ -107,7 +106,7 @@ def desired_placements(node_id: int) -> list[protocol.Placement]:
             stop_grace_seconds=settings.JOB_STOP_GRACE_SECONDS,
             env=checkpoint_environment(job),
         ))
-    return add_warm_pool_hints(result)  # workspaces: keep / reuse prepared environments
+    return policy.current().agent_hints(result)  # the warm pool: keep / reuse prepared environments
 
 
 def checkpoint_environment(job: TrainingJob) -> dict[str, str]:
@@ -138,8 +137,11 @@ def object_storage_settings() -> protocol.ObjectStorage:
 
 @transaction.atomic
 def set_cordon(node_id: int, cordoned: bool, reason: str = "") -> None:
-    Node.objects.filter(pk=node_id).update(cordoned=cordoned, cordon_reason=reason if cordoned else "")
+    """Cordon a node (no new placements), or uncordon it: staff say it is repaired, so GPUs
+    marked faulty by a hardware verdict count as healthy again."""
+    Node.objects.filter(pk=node_id).update(cordoned=cordoned, cordon_reason=reason[:500] if cordoned else "")
     if not cordoned:
+        NodeGPU.objects.filter(node_id=node_id, healthy=False).update(healthy=True)
         schedule_on_commit()
 
 

@@ -6,6 +6,7 @@ import logging
 from collections.abc import Iterable
 
 from asgiref.sync import async_to_sync
+from celery import current_app
 from channels.layers import get_channel_layer
 from django.db import transaction
 
@@ -34,8 +35,18 @@ def sync_nodes_on_commit(node_ids: Iterable[int | None]) -> None:
         transaction.on_commit(lambda: _send(ids))
 
 
+def request_schedule() -> None:
+    """Ask for a scheduler run (jobs.tasks.schedule_jobs), by name: this module sits below the tasks.
+
+    Never raises: what triggered it is committed already, and the scheduler's periodic tick
+    makes up for a request the broker did not take (Redis down).
+    """
+    try:
+        current_app.send_task("jobs.tasks.schedule_jobs")
+    except Exception:
+        log.warning("could not ask for a scheduler run; the next tick does it", exc_info=True)
+
+
 def schedule_on_commit() -> None:
     """Run the scheduler once the current transaction's changes are visible."""
-    from .tasks import schedule_jobs
-
-    transaction.on_commit(lambda: schedule_jobs.delay())
+    transaction.on_commit(request_schedule)

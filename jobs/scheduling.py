@@ -1,35 +1,54 @@
-"""Gang placement of jobs on nodes: plain data in, decisions out (no Django, no network).
+"""Gang placement of jobs on the capacity ledger: plain data in, decisions out (no Django).
 
-A job needs `node_count` distinct nodes of its server type, each with `gpus_per_node` free
-GPUs, all at once or not at all. Jobs are considered in FIFO order; a job that does not fit
-waits with a reason, and smaller jobs behind it may still be placed now (backfill).
+A job needs `node_count` distinct nodes of its server type, each with `gpus_per_node` GPUs,
+all at once or not at all. Requests come in priority order (failovers, then on-demand, then
+spot; FIFO within each) and each one, in turn:
+
+1. is placed on GPUs that are free or held warm (its owner's warm GPUs first, then free ones,
+   then other users' warm GPUs, whose hold is released: warm holds are a cache). Nodes that
+   need no warm hold released come first, then nodes warm for this job's environment, then
+   the fullest (best fit, so whole nodes stay free for big jobs);
+2. otherwise claims GPUs that are being released (stopping jobs) and, for an on-demand job,
+   GPUs that spot jobs hold — those spot jobs are preempted, newest first. Claimed GPUs go to
+   no later request of this run, so the job gets them as soon as they are released;
+3. otherwise waits, with a reason that names what blocks it.
+
+Later requests may still be placed when an earlier one waits (backfill). The policies of the
+shared cluster (quotas, workspaces) come in as an `Admission` and as fields of the request.
 """
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Protocol
 
-
-@dataclass(frozen=True)
-class NodeSlot:
-    node_id: int
-    name: str
-    server_type: str
-    free_gpus: tuple[int, ...]  # indices of healthy GPUs no placement holds
+from .capacity import GpuState, GpuUse, JobHold, Ledger, NodeLedger, WarmHold
 
 
 @dataclass(frozen=True)
 class JobRequest:
     job_id: int
+    owner_id: int
     server_type: str
     gpus_per_node: int
     node_count: int
-    # nodes this job must not use (e.g. cordoned for its own earlier fault)
+    spot: bool = False
+    # a job in a Training Workspace runs only on the workspace's nodes; others never there
+    workspace_id: int | None = None
+    # nodes this job must not use (e.g. the one its own earlier attempt faulted on)
     excluded_nodes: frozenset[int] = frozenset()
-    # if set, only these nodes may be used (a workspace's reserved nodes)
-    allowed_nodes: frozenset[int] | None = None
-    # tried first: nodes warm for this job (its owner's prepared environment is kept there)
-    preferred_nodes: frozenset[int] = frozenset()
+    # nodes where this job's prepared environment is kept (a warm start skips preparation)
+    warm_nodes: frozenset[int] = frozenset()
+
+
+class Admission(Protocol):
+    """Policies beyond capacity (quotas): asked in priority order, told what was admitted."""
+
+    def block(self, request: JobRequest) -> str | None: ...
+
+    def admit(self, request: JobRequest) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -37,95 +56,237 @@ class Assignment:
     node_id: int
     node_name: str
     gpu_indices: tuple[int, ...]
+    # warm holds whose GPUs this placement takes: their hold ends now
+    takes_warm: tuple[WarmHold, ...] = ()
 
 
 @dataclass
 class Decision:
     placed: dict[int, list[Assignment]] = field(default_factory=dict)
     waiting: dict[int, str] = field(default_factory=dict)
-    # free GPU indices per node once the placed jobs are counted
-    remaining: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    # spot job id → the job it makes room for
+    preempt: dict[int, int] = field(default_factory=dict)
+    # job id → node id → GPUs promised to it while they are released
+    claimed: dict[int, dict[int, frozenset[int]]] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class SpotHolding:
-    """GPUs a running spot job holds; `order` grows with its start (newest is preempted first)."""
+@dataclass
+class _Pools:
+    """What one node offers one request, after this run's earlier decisions."""
 
-    job_id: int
-    order: float
-    gpus: dict[int, tuple[int, ...]]  # node id -> GPU indices
+    node: NodeLedger
+    free: list[int]
+    own_warm: list[int]
+    other_warm: list[int]  # soonest keep-alive end first
+    releasing: list[int]
+    spot: dict[int, JobHold]  # GPU → running spot placement (on-demand requests only)
+
+    @property
+    def ready(self) -> int:
+        return len(self.free) + len(self.own_warm) + len(self.other_warm)
+
+    def releasable(self) -> int:
+        return self.ready + len(self.releasing) + len(self.spot)
+
+
+class _Run:
+    def __init__(self, ledger: Ledger) -> None:
+        self.ledger = ledger
+        # node → GPU → (owner, claimed) of what this run placed there or promised to a waiting job
+        self.taken: dict[int, dict[int, tuple[int, bool]]] = {}
+        self.preempted: set[int] = set()  # spot jobs asked to stop in this run
+
+    def take(self, node_id: int, gpus: Iterable[int], owner_id: int, claimed: bool) -> None:
+        self.taken.setdefault(node_id, {}).update({index: (owner_id, claimed) for index in gpus})
+
+    def pools(self, node: NodeLedger, request: JobRequest) -> _Pools:
+        taken = self.taken.get(node.node.node_id, {})
+        free, own, other, releasing, spot = [], [], [], [], {}
+        warm_order = []
+        for index, state in sorted(node.gpus.items()):
+            if index in taken:
+                continue
+            if state.use is GpuUse.FREE:
+                free.append(index)
+            elif state.use is GpuUse.WARM and isinstance(state.hold, WarmHold):
+                if state.hold.owner_id == request.owner_id:
+                    own.append(index)
+                else:
+                    warm_order.append((state.hold.expires_at, index))
+            elif state.use is GpuUse.STOPPING:
+                releasing.append(index)
+            elif state.use is GpuUse.JOB and isinstance(state.hold, JobHold) and state.hold.spot:
+                if state.hold.job_id in self.preempted:
+                    releasing.append(index)
+                elif not request.spot:
+                    spot[index] = state.hold
+        other = [index for _, index in sorted(warm_order)]
+        return _Pools(node, free, own, other, releasing, spot)
+
+
+def _eligible(node: NodeLedger, request: JobRequest) -> bool:
+    if node.node.server_type != request.server_type or node.node.node_id in request.excluded_nodes:
+        return False
+    if not node.schedulable:
+        return False
+    reservation = node.reservation
+    if request.workspace_id is None:
+        return reservation is None
+    return reservation is not None and reservation.workspace_id == request.workspace_id and not reservation.draining
+
+
+def _pick(pools: _Pools, count: int) -> tuple[tuple[int, ...], tuple[WarmHold, ...]]:
+    """The GPUs of one node for one placement: own warm, then free, then others' warm."""
+    chosen = (pools.own_warm + pools.free + pools.other_warm)[:count]
+    holds = {}
+    for index in chosen:
+        state = pools.node.gpus[index]
+        if state.use is GpuUse.WARM and isinstance(state.hold, WarmHold):
+            holds[state.hold.placement_id] = state.hold
+    return tuple(sorted(chosen)), tuple(holds.values())
+
+
+def _place(run: _Run, request: JobRequest, pools: list[_Pools]) -> list[Assignment] | None:
+    need = request.gpus_per_node
+    fitting = [p for p in pools if p.ready >= need]
+    if len(fitting) < request.node_count:
+        return None
+
+    def cost(p: _Pools) -> tuple:
+        unheld = len(p.free) + len(p.own_warm)
+        evictions = max(0, need - unheld)
+        return (evictions, p.node.node.node_id not in request.warm_nodes, unheld, p.node.node.name)
+
+    assignments = []
+    for p in sorted(fitting, key=cost)[: request.node_count]:
+        gpus, holds = _pick(p, need)
+        run.take(p.node.node.node_id, gpus, request.owner_id, claimed=False)
+        assignments.append(Assignment(p.node.node.node_id, p.node.node.name, gpus, holds))
+    return assignments
+
+
+def _claim(run: _Run, request: JobRequest, pools: list[_Pools], decision: Decision) -> str | None:
+    """Promise the request GPUs that are being released (and preempt spot jobs for them)."""
+    need = request.gpus_per_node
+    fitting = [p for p in pools if p.releasable() >= need]
+    if len(fitting) < request.node_count:
+        return None
+
+    def cost(p: _Pools) -> tuple:
+        short = max(0, need - p.ready)
+        spot_needed = max(0, short - len(p.releasing))
+        return (spot_needed, short, p.releasable(), p.node.node.name)
+
+    victims: list[int] = []
+    claim: dict[int, frozenset[int]] = {}
+    for p in sorted(fitting, key=cost)[: request.node_count]:
+        chosen = (p.own_warm + p.free + p.other_warm + p.releasing)[:need]
+        by_job: dict[int, list[int]] = {}
+        for index, hold in p.spot.items():
+            by_job.setdefault(hold.job_id, []).append(index)
+        # spot jobs already giving way for this request free their GPUs here too; then the
+        # newest spot jobs on this node give way, each with all of its GPUs
+        order = [job for job in victims if job in by_job]
+        order += sorted((job for job in by_job if job not in victims), key=lambda job: -p.spot[by_job[job][0]].started)
+        for job_id in order:
+            if len(chosen) >= need:
+                break
+            if job_id not in victims:
+                victims.append(job_id)
+            chosen += by_job[job_id][: need - len(chosen)]
+        claim[p.node.node.node_id] = frozenset(chosen)
+        run.take(p.node.node.node_id, chosen, request.owner_id, claimed=True)
+    for job_id in victims:
+        if job_id not in run.preempted:
+            run.preempted.add(job_id)
+            decision.preempt[job_id] = request.job_id
+    decision.claimed[request.job_id] = claim
+    spot_jobs = len(victims)
+    if spot_jobs:
+        return f"Waiting for {spot_jobs} spot job(s) to release their GPUs (they were asked to stop)"
+    return "Waiting for GPUs that stopping jobs are releasing"
+
+
+def schedule(requests: Iterable[JobRequest], ledger: Ledger, admission: Admission | None = None) -> Decision:
+    """Place what fits, claim what is being released, say why the rest waits."""
+    run = _Run(ledger)
+    decision = Decision()
+    for request in requests:
+        if admission is not None and (blocked := admission.block(request)):
+            decision.waiting[request.job_id] = blocked
+            continue
+        pools = [run.pools(node, request) for node in ledger.nodes.values() if _eligible(node, request)]
+        assignments = _place(run, request, pools)
+        if assignments is not None:
+            decision.placed[request.job_id] = assignments
+        elif (claimed := _claim(run, request, pools, decision)) is not None:
+            decision.waiting[request.job_id] = claimed
+        else:
+            decision.waiting[request.job_id] = explain(request, ledger, pools, run)
+            continue
+        if admission is not None:
+            admission.admit(request)
+    return decision
 
 
 def _plural(n: int, word: str) -> str:
     return f"{n} {word}" + ("" if n == 1 else "s")
 
 
-def waiting_reason(request: JobRequest, available: int) -> str:
-    return (
-        f"waiting for {request.node_count} × {request.server_type} "
-        f"{'node' if request.node_count == 1 else 'nodes'} with {_plural(request.gpus_per_node, 'free GPU')}; "
-        f"{available} available"
-    )
+def _holder(request: JobRequest, state: GpuState, taken: tuple[int, bool] | None) -> str:
+    """What keeps one GPU from `request`, as the reason counts it ("" when nothing does)."""
+    if taken is not None:
+        owner, promised = taken
+        if promised:
+            return "claimed"
+        return "mine" if owner == request.owner_id else "others"
+    if state.use is GpuUse.JOB and state.hold is not None:
+        return "mine" if state.hold.owner_id == request.owner_id else "others"
+    return state.use.value if state.use in (GpuUse.STOPPING, GpuUse.UNHEALTHY) else ""
 
 
-def schedule(requests: list[JobRequest], nodes: list[NodeSlot]) -> Decision:
-    """Place what fits, in FIFO order with backfill. `requests` must be in FIFO order."""
-    free = {node.node_id: list(node.free_gpus) for node in nodes}
-    by_id = {node.node_id: node for node in nodes}
-    decision = Decision()
-    for request in requests:
-        candidates = [
-            node for node in nodes
-            if node.server_type == request.server_type
-            and node.node_id not in request.excluded_nodes
-            and (request.allowed_nodes is None or node.node_id in request.allowed_nodes)
-            and len(free[node.node_id]) >= request.gpus_per_node
-        ]
-        if len(candidates) < request.node_count:
-            decision.waiting[request.job_id] = waiting_reason(request, len(candidates))
+def explain(request: JobRequest, ledger: Ledger, pools: list[_Pools], run: _Run | None = None) -> str:
+    """Why `request` cannot be placed now, naming what holds the capacity it would need."""
+    need, count = request.gpus_per_node, request.node_count
+    wanted = (f"Waiting for {count} × {request.server_type} {'node' if count == 1 else 'nodes'} "
+              f"with {_plural(need, 'free GPU')}")
+    typed = [n for n in ledger.nodes.values() if n.node.server_type == request.server_type]
+    if not typed:
+        return f"{wanted}: no {request.server_type} node is registered"
+    fitting = sum(1 for p in pools if p.ready >= need)
+    parts = [f"{fitting} {'fits' if fitting == 1 else 'fit'} now"]
+    if len(typed) < count:
+        parts.append(f"only {_plural(len(typed), 'node')} of this type {'exists' if len(typed) == 1 else 'exist'}")
+    held: Counter[str] = Counter()
+    taken = run.taken if run else {}
+    for p in pools:
+        if p.ready < need:
+            here = taken.get(p.node.node.node_id, {})
+            held.update(_holder(request, state, here.get(index)) for index, state in p.node.gpus.items())
+    for key, what in (("others", "in use by other users' jobs"), ("mine", "in use by your jobs"),
+                      ("stopping", "held by stopping jobs"), ("claimed", "promised to jobs ahead in the queue"),
+                      ("unhealthy", "unhealthy")):
+        if held[key]:
+            parts.append(f"{_plural(held[key], 'GPU')} {what}")
+    eligible = {p.node.node.node_id for p in pools}
+    offline = cordoned = reserved = excluded = 0
+    for node in typed:
+        if node.node.node_id in eligible:
             continue
-        # warm nodes first (no preparation); then best fit: the fullest nodes first, so whole
-        # nodes stay free for big jobs
-        candidates.sort(key=lambda node: (node.node_id not in request.preferred_nodes, len(free[node.node_id]), node.name))
-        chosen = candidates[: request.node_count]
-        assignments = []
-        for node in chosen:
-            indices = tuple(sorted(free[node.node_id])[: request.gpus_per_node])
-            free[node.node_id] = [i for i in free[node.node_id] if i not in indices]
-            assignments.append(Assignment(node.node_id, by_id[node.node_id].name, indices))
-        decision.placed[request.job_id] = assignments
-    decision.remaining = {node_id: tuple(sorted(indices)) for node_id, indices in free.items()}
-    return decision
-
-
-def _fits(request: JobRequest, nodes: list[NodeSlot], free: dict[int, set[int]]) -> bool:
-    usable = [
-        n for n in nodes
-        if n.server_type == request.server_type and n.node_id not in request.excluded_nodes
-        and (request.allowed_nodes is None or n.node_id in request.allowed_nodes)
-        and len(free.get(n.node_id, ())) >= request.gpus_per_node
-    ]
-    return len(usable) >= request.node_count
-
-
-def plan_preemption(request: JobRequest, nodes: list[NodeSlot], spot: list[SpotHolding]) -> list[int] | None:
-    """The spot jobs to interrupt (newest first) so that `request` fits; None when even all would not do.
-
-    `nodes` carry the GPUs free now (after this run's placements). Spot jobs run only on
-    capacity that on-demand jobs do not need: an on-demand job that waits takes it back.
-    """
-    free = {n.node_id: set(n.free_gpus) for n in nodes}
-    victims: list[int] = []
-    for holding in sorted(spot, key=lambda h: -h.order):
-        if _fits(request, nodes, free):
-            break
-        if not any(node_id in free for node_id in holding.gpus):
-            continue  # its nodes are not ones this job could use
-        victims.append(holding.job_id)
-        for node_id, gpus in holding.gpus.items():
-            if node_id in free:
-                free[node_id] |= set(gpus)
-    return victims if victims and _fits(request, nodes, free) else None
+        if node.node.node_id in request.excluded_nodes:
+            excluded += 1
+        elif not node.node.online:
+            offline += 1
+        elif node.node.cordoned:
+            cordoned += 1
+        elif node.reservation is not None or request.workspace_id is not None:
+            reserved += 1
+    for n, what in ((offline, "offline"), (cordoned, "cordoned"), (excluded, "excluded after this job's fault"),
+                    (reserved, "reserved by Training Workspaces" if request.workspace_id is None
+                     else "outside this job's Training Workspace")):
+        if n:
+            parts.append(f"{_plural(n, 'node')} {what}")
+    return f"{wanted}: " + "; ".join(parts)
 
 
 def master_port(job_id: int, attempt: int) -> int:

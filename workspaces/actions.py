@@ -15,6 +15,7 @@ from decimal import Decimal
 from django.db import transaction
 
 from jobs.choices import TERMINAL_STATUSES, JobStatus
+from jobs.locks import take_scheduler_lock
 from jobs.models import Placement, ServerType
 from jobs.models.attempts import HOLDING_STATES
 from jobs.notify import schedule_on_commit
@@ -22,42 +23,17 @@ from jobs.notify import schedule_on_commit
 from .choices import WhenBusy, WorkspaceStatus
 from .models import ContractTerm, Workspace, WorkspaceNode, WorkspaceStatusChange
 from .pricing import contract_rate
-from .states import check_transition
+from .reservations import reconcile
+from .status import move
 
 
 class ResizeRefused(Exception):
     """The new node count cannot be applied; the message is shown to the user as is."""
 
 
-def move(workspace: Workspace, new_status: str, reason: str = "") -> None:
-    """Change status with a history row; the same status only refreshes the reason."""
-    if workspace.status == new_status:
-        set_reason(workspace, reason)
-        return
-    check_transition(workspace.status, new_status)
-    old = workspace.status
-    workspace.status, workspace.status_reason = new_status, reason[:500]
-    workspace.save(update_fields=["status", "status_reason", "updated_at"])
-    WorkspaceStatusChange.objects.create(workspace=workspace, old_status=old, new_status=new_status, reason=reason[:500])
-
-
-def set_reason(workspace: Workspace, reason: str) -> None:
-    """The reason changes without a status change (no history row)."""
-    if workspace.status_reason != reason[:500]:
-        workspace.status_reason = reason[:500]
-        workspace.save(update_fields=["status_reason", "updated_at"])
-
-
-def remove(workspace: Workspace) -> None:
-    """Delete the row (history and released reservations go with it; jobs stay, unlinked)."""
-    workspace.delete()
-
-
 @transaction.atomic
 def create_workspace(owner, fields: Mapping) -> Workspace:
     """Create a workspace in Creating from validated fields and reserve what is free now."""
-    from .reservations import reconcile, take_scheduler_lock
-
     server_type = fields["server_type"]
     if not isinstance(server_type, ServerType):
         server_type = ServerType.objects.get(name=server_type)
@@ -124,8 +100,6 @@ def _plan_shrink(workspace: Workspace, node_count: int, when_busy: str) -> list[
 def resize_workspace(workspace_id: int, node_count: int, when_busy: str = WhenBusy.REFUSE) -> Workspace:
     """Change the node count. Growing waits for free nodes; shrinking releases idle nodes at
     once and never a node that runs a job: it refuses, or (drain) releases it when the job ends."""
-    from .reservations import reconcile, take_scheduler_lock
-
     take_scheduler_lock()
     workspace = _locked(workspace_id)
     if workspace.status == WorkspaceStatus.TERMINATING:
@@ -149,8 +123,6 @@ def resize_workspace(workspace_id: int, node_count: int, when_busy: str = WhenBu
 def cancel_workspace(workspace_id: int, reason: str = "Cancelled by the user") -> str:
     """Cancel the service: its jobs stop, then its nodes go back and the row is deleted.
     Returns "deleted" when that happened at once, else "terminating"."""
-    from .reservations import reconcile, take_scheduler_lock
-
     take_scheduler_lock()
     workspace = Workspace.objects.select_for_update().select_related("server_type").filter(pk=workspace_id).first()
     if workspace is None:

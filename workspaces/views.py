@@ -63,7 +63,7 @@ def workspace_create(request: HttpRequest) -> HttpResponse:
             messages.success(request, f"Training Workspace {workspace.name} was created ({workspace.status}).")
             return redirect("workspaces:list")
     return render(request, "workspaces/create.html", {
-        "form": form, "pricing": pricing_data(form), "free_nodes": free_node_counts(request.user.pk),
+        "form": form, "pricing": pricing_data(form), "free_nodes": free_node_counts(),
     })
 
 

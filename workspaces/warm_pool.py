@@ -3,9 +3,10 @@
 Plain data in, decisions out (no Django, no database). A node is *warm* for a user after one
 of that user's jobs ended on it, for that job's keep-alive: the node agent kept the prepared
 environment (image, training script and data) keyed by (user, image, script URL). While warm,
-the node is held for that user: other users' jobs are not placed on it. A following job of the
-same user with a compatible configuration (same server type, image and script; its node count
-fitting) prefers those nodes and skips the preparation step.
+the GPUs it used are held warm for that user (jobs.capacity) — a cache, not a reservation: a job
+of anyone that would otherwise wait takes them. A following job of the same user with a
+compatible configuration (same server type, image and script; its node count fitting) prefers
+those nodes and skips the preparation step.
 """
 
 from __future__ import annotations
@@ -59,20 +60,6 @@ def compatible(entry: WarmEntry, job: JobConfig) -> bool:
         entry.owner_id == job.owner_id and entry.server_type == job.server_type
         and entry.image == job.image and entry.script_url == job.script_url
     )
-
-
-def held_for(entries: Iterable[WarmEntry], now: datetime) -> dict[int, set[int]]:
-    """Node id → the users it is held for now."""
-    held: dict[int, set[int]] = {}
-    for entry in entries:
-        if entry.warm_at(now):
-            held.setdefault(entry.node_id, set()).add(entry.owner_id)
-    return held
-
-
-def held_for_others(held: dict[int, set[int]], owner_id: int) -> frozenset[int]:
-    """Nodes another user's keep-alive holds: `owner_id`'s jobs must not take them."""
-    return frozenset(node for node, owners in held.items() if owners - {owner_id})
 
 
 def warm_nodes(entries: Iterable[WarmEntry], job: JobConfig, now: datetime) -> dict[int, WarmEntry]:

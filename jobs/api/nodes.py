@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.permissions import IsAdminUser
@@ -10,7 +11,24 @@ from rest_framework.response import Response
 from nodeagent.protocol import FAULT_KINDS
 
 from .. import nodes
+from ..capacity import GpuState, GpuUse, NodeLedger
+from ..capacity_load import load_ledger
 from ..models import Node
+
+
+class GpuSerializer(serializers.Serializer):
+    index = serializers.IntegerField()
+    model = serializers.CharField()
+    memory_gb = serializers.IntegerField()
+    healthy = serializers.BooleanField()
+    held_by = serializers.ChoiceField(
+        choices=[u.value for u in GpuUse],
+        help_text="free, unhealthy, job (a running placement), stopping (released by `until` at the latest), "
+                  "warm (kept for its last job's owner until `until`; any job that would wait takes it)",
+    )
+    job_id = serializers.IntegerField(allow_null=True)
+    job_name = serializers.CharField(allow_null=True)
+    until = serializers.DateTimeField(allow_null=True)
 
 
 class NodeSerializer(serializers.ModelSerializer):
@@ -23,11 +41,31 @@ class NodeSerializer(serializers.ModelSerializer):
         fields = ["id", "name", "status", "server_type", "address", "runtime", "connected", "cordoned",
                   "cordon_reason", "last_heartbeat_at", "gpus"]
 
-    def get_status(self, node: Node) -> str:
-        return node.status()
+    def _ledger(self, node: Node) -> NodeLedger | None:
+        return self.context["ledger"].nodes.get(node.pk)
 
+    def get_status(self, node: Node) -> str:
+        ledger = self._ledger(node)
+        return node.status(busy=bool(ledger and ledger.busy))
+
+    @extend_schema_field(GpuSerializer(many=True))
     def get_gpus(self, node: Node) -> list[dict]:
-        return [{"index": g.index, "model": g.model, "memory_gb": g.memory_gb, "healthy": g.healthy} for g in node.gpus.all()]
+        ledger = self._ledger(node)
+        return [
+            {"index": g.index, "model": g.model, "memory_gb": g.memory_gb, "healthy": g.healthy,
+             **holder(ledger.gpus.get(g.index) if ledger else None)}
+            for g in node.gpus.all()
+        ]
+
+
+def holder(state: GpuState | None) -> dict:
+    """Who holds a GPU, as the capacity ledger says (the same as the scheduler reads)."""
+    if state is None or state.hold is None:
+        return {"held_by": state.use.value if state else GpuUse.FREE.value, "job_id": None, "job_name": None, "until": None}
+    return {
+        "held_by": state.use.value, "job_id": state.hold.job_id, "job_name": state.hold.job_name,
+        "until": state.until.isoformat() if state.until else None,
+    }
 
 
 class FaultRequest(serializers.Serializer):
@@ -46,6 +84,9 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
     serializer_class = NodeSerializer
     permission_classes = [IsAdminUser]
     queryset = Node.objects.select_related("server_type").prefetch_related("gpus")
+
+    def get_serializer_context(self) -> dict:
+        return {**super().get_serializer_context(), "ledger": load_ledger()}
 
     @action(detail=True, methods=["post"], url_path="inject-fault", serializer_class=FaultRequest)
     def inject_fault(self, request, pk=None):

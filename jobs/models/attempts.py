@@ -11,6 +11,8 @@ class PlacementState(models.TextChoices):
     RUNNING = "running"
     EXITED = "exited"
     LOST = "lost"  # the node stopped answering while it held this placement
+    # its job stopped and the stop grace ended without the agent confirming: it holds nothing
+    RELEASED = "released"
 
 
 # A placement in one of these holds its node's GPUs.
@@ -33,6 +35,9 @@ class JobAttempt(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     running_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
+    # when its job left Creating/Running: from then on its placements hold GPUs only for the
+    # stop grace (jobs.capacity)
+    stop_requested_at = models.DateTimeField(null=True, blank=True)
     cause = models.CharField(max_length=500, blank=True, help_text="Why this attempt ended")
     # seconds of training redone or waited for because of how the previous attempt ended
     lost_seconds = models.FloatField(default=0)
@@ -59,6 +64,10 @@ class Placement(models.Model):
     output_url = models.CharField(max_length=1024, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
+    # the warm hold on its GPUs after it ended (jobs.capacity): released early when another job
+    # took them, and for what
+    warm_released_at = models.DateTimeField(null=True, blank=True)
+    warm_released_for = models.CharField(max_length=200, blank=True)
 
     class Meta:
         ordering = ["attempt", "node_rank"]

@@ -9,10 +9,12 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from jobs import actions, lifecycle, nodes
+from jobs.capacity import GpuUse
+from jobs.capacity_load import load_ledger
 from jobs.models import Node, NodeGPU, NodeToken, ServerType, TrainingJob
 from jobs.models.nodes import hash_token
 from jobs.scheduling import Assignment
-from jobs.tasks import capacity, schedule_jobs
+from jobs.tasks import schedule_jobs
 
 from .factories import job_fields
 
@@ -57,8 +59,10 @@ def test_free_gpus_exclude_what_placements_hold_and_cordoned_nodes(alice):
     make_node("gpu-03", cordoned=True, cordon_reason="maintenance")
     job = actions.create_job(alice, job_fields(gpus_per_node=2, memory_gb=512), [])
     lifecycle.start_attempt(job.pk, [Assignment(busy.pk, busy.name, (0, 1))])
-    free = {slot.name: slot.free_gpus for slot in capacity()}
-    assert free == {"gpu-01": (2, 3, 4, 5, 6, 7), "gpu-02": tuple(range(8))}
+    ledger = load_ledger()
+    free = {n.node.name: sorted(n.indices(GpuUse.FREE)) for n in ledger.nodes.values() if n.schedulable}
+    assert free == {"gpu-01": [2, 3, 4, 5, 6, 7], "gpu-02": list(range(8))}
+    assert {i: s.hold.job_name for i, s in ledger.node(busy.pk).gpus.items() if s.hold} == {0: "llama-finetune", 1: "llama-finetune"}
     assert busy.status() == "Busy" and spare.status() == "Ready"
 
 
@@ -72,7 +76,11 @@ def test_the_scheduler_places_a_waiting_job_and_explains_one_that_cannot_fit(ali
     big.refresh_from_db()
     assert small.status == "Creating" and small.current_attempt == 1
     assert big.status == "Pending"
-    assert big.status_reason == "Waiting for 2 × g2 nodes with 8 free GPUs; 0 available"
+    # the only node holds small's GPU: the reason says so, and that one node can never do
+    assert big.status_reason == (
+        "Waiting for 2 × g2 nodes with 8 free GPUs: 0 fit now; only 1 node of this type exists; "
+        "1 GPU in use by your jobs"
+    )
 
 
 def test_a_node_without_heartbeats_is_lost_and_its_job_fails(alice, settings):
@@ -96,9 +104,9 @@ def test_cordon_takes_a_node_out_of_scheduling(alice):
     nodes.set_cordon(node.pk, True, "bad fan")
     node.refresh_from_db()
     assert node.status() == "Cordoned" and node.cordon_reason == "bad fan"
-    assert capacity() == []
+    assert not load_ledger().node(node.pk).schedulable
     nodes.set_cordon(node.pk, False)
-    assert [slot.name for slot in capacity()] == ["gpu-01"]
+    assert load_ledger().node(node.pk).schedulable
 
 
 def test_desired_state_lists_only_current_attempts_of_active_jobs(alice):

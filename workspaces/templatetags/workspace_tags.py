@@ -10,6 +10,7 @@ from jobs.models import TrainingJob
 from ..choices import Plan
 from ..pricing import money
 from ..usage import bill_queryset, job_bill
+from ..warm_data import hold_lines
 
 register = template.Library()
 
@@ -25,4 +26,5 @@ def job_billing(job: TrainingJob) -> dict:
         "plan_label": Plan(bill.plan).label, "in_workspace": bill.plan == Plan.WORKSPACE,
         "workspace_name": getattr(getattr(loaded, "billing", None), "workspace_name", ""),
         "attempts": [(a, money(a.cost.amount)) for a in bill.attempts],
+        "warm_holds": hold_lines(job),
     }

@@ -47,7 +47,7 @@ def run_scheduler(django_capture_on_commit_callbacks):
 
 @pytest.fixture(autouse=True)
 def no_celery(monkeypatch):
-    """Nothing reaches a broker: on-commit .delay() calls become no-ops (tests run passes by hand)."""
-    from jobs import tasks as job_tasks
+    """Nothing reaches a broker: requests for a scheduler run become no-ops (tests run passes by hand)."""
+    from jobs import notify
 
-    monkeypatch.setattr(job_tasks.schedule_jobs, "delay", lambda *a, **k: None)
+    monkeypatch.setattr(notify, "request_schedule", lambda: None)

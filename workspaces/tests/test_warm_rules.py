@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from workspaces.warm_pool import JobConfig, WarmEntry, held_for, held_for_others, newest, outcome, warm_nodes
+from workspaces.warm_pool import JobConfig, WarmEntry, newest, outcome, warm_nodes
 
 NOW = datetime(2026, 11, 10, 12, 0, tzinfo=UTC)
 ALICE, BOB = 1, 2
@@ -20,13 +20,6 @@ def entry(node: int = 1, owner: int = ALICE, ended_minutes_ago: float = 2, keep:
     }
     values.update(fields)
     return WarmEntry(**values)
-
-
-def test_a_node_is_held_for_its_user_during_the_keep_alive_only():
-    assert held_for([entry()], NOW) == {1: {ALICE}}
-    assert held_for([entry(ended_minutes_ago=11)], NOW) == {}
-    assert held_for_others(held_for([entry()], NOW), BOB) == {1}
-    assert held_for_others(held_for([entry()], NOW), ALICE) == frozenset()
 
 
 def test_only_a_compatible_entry_of_the_same_user_makes_a_node_warm_for_a_job():

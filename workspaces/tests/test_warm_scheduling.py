@@ -55,16 +55,33 @@ def test_a_cold_placement_still_tells_the_agent_what_to_keep(alice, warm_gpu02, 
     assert message["warm_pool"] == {"owner": alice.pk, "keep_alive_seconds": 180, "reuse_from_job": None}
 
 
-def test_warm_nodes_are_held_from_other_users_until_the_keep_alive_ends(alice, bob, warm_gpu02, run_scheduler):
+def test_another_users_job_takes_warm_gpus_rather_than_wait_and_the_owner_sees_it(alice, bob, warm_gpu02, run_scheduler):
+    _, _, first = warm_gpu02
     bobs = [create_job(bob, name=f"bob-{i}", gpus_per_node=8, memory_gb=2048) for i in (1, 2)]
     run_scheduler()
     for job in bobs:
         job.refresh_from_db()
+    # the node with no warm hold first; the second whole-node job takes Alice's warm GPU at once
     assert placed_on(bobs[0]) == ["gpu-01"]
-    assert bobs[1].status == "Pending"  # gpu-02 is idle but warm for Alice
-    Placement.objects.filter(attempt__job__name="first").update(ended_at=timezone.now() - timedelta(minutes=11))
+    assert placed_on(bobs[1]) == ["gpu-02"] and bobs[1].status == "Creating"
+    hold = Placement.objects.get(attempt__job=first)
+    assert hold.warm_released_at is not None
+    assert hold.warm_released_for == "another user's job on gpu-02"
+
+
+def test_a_warm_gpu_stays_with_its_owner_while_free_gpus_serve_others(alice, bob, warm_gpu02, run_scheduler):
+    gpu01, gpu02, first = warm_gpu02
+    other = create_job(bob, name="bob-1")
+    mine = create_job(alice, name="second", script_url=SCRIPT)
     run_scheduler()
-    assert placed_on(bobs[1]) == ["gpu-02"]
+    # bob's 1-GPU job (first in line) takes a free GPU of gpu-02 (best fit: 7 unheld GPUs), not
+    # Alice's warm GPU 0; Alice's job then starts warm on it
+    assert Placement.objects.get(attempt__job=first).gpu_indices == [0]
+    [bob_placement] = Placement.objects.filter(attempt__job=other)
+    [alice_placement] = Placement.objects.filter(attempt__job=mine)
+    assert (bob_placement.node_id, bob_placement.gpu_indices) == (gpu02.pk, [1])
+    assert (alice_placement.node_id, alice_placement.gpu_indices) == (gpu02.pk, [0])
+    assert Placement.objects.get(attempt__job=first).warm_released_for == "your job second on gpu-02"
 
 
 def test_a_different_image_starts_cold_and_says_why(alice, warm_gpu02, run_scheduler):

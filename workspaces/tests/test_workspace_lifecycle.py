@@ -64,7 +64,10 @@ def test_another_users_job_never_lands_on_a_reserved_node(alice, bob, run_schedu
     assert node_of(first) == ["gpu-02"]
     # gpu-01 is idle, but reserved: the second job waits
     assert second.status == "Pending"
-    assert second.status_reason == "Waiting for 1 × g2 node with 8 free GPUs; 0 available"
+    assert second.status_reason == (
+        "Waiting for 1 × g2 node with 8 free GPUs: 0 fit now; 8 GPUs in use by your jobs; "
+        "1 node reserved by Training Workspaces"
+    )
 
 
 def test_a_spot_job_never_lands_on_a_reserved_node(alice, bob, run_scheduler, db):
@@ -73,7 +76,8 @@ def test_a_spot_job_never_lands_on_a_reserved_node(alice, bob, run_scheduler, db
     spot = create_job(bob, name="spot", learning_type="spot", gpus_per_node=1, memory_gb=256)
     run_scheduler()
     spot.refresh_from_db()
-    assert spot.status == "Pending" and spot.status_reason.endswith("0 available")
+    assert spot.status == "Pending"
+    assert spot.status_reason == "Waiting for 1 × g2 node with 1 free GPU: 0 fit now; 1 node reserved by Training Workspaces"
 
 
 def test_the_owners_jobs_run_in_the_workspace_only_when_created_in_it(alice, run_scheduler, db):

@@ -1,0 +1,90 @@
+"""The seam between the scheduler and the policies of a shared cluster.
+
+`jobs` owns capacity and placement; the policies that shape it (Training Workspaces' reserved
+nodes, the warm pool's preferences, quotas) live in `workspaces`, which depends on `jobs`, not
+the other way round. `workspaces` installs its policy when Django starts
+(workspaces.apps.WorkspacesConfig.ready); without it the cluster is one shared pool.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol
+
+from nodeagent import protocol
+
+from .capacity import Ledger, Reservation
+from .scheduling import Assignment, JobRequest
+
+if TYPE_CHECKING:
+    from .models import TrainingJob
+
+
+class PolicyRun(Protocol):
+    """The policies' part in one scheduler run (an `Admission` for scheduling.schedule)."""
+
+    held: dict[int, str]  # job id → why it keeps waiting whatever the capacity
+
+    def shape(self, request: JobRequest) -> JobRequest: ...
+
+    def block(self, request: JobRequest) -> str | None: ...
+
+    def admit(self, request: JobRequest) -> None: ...
+
+    def placed(self, job: TrainingJob, assignments: Sequence[Assignment]) -> None: ...
+
+
+class ClusterPolicy(Protocol):
+    def reservations(self) -> list[Reservation]: ...
+
+    def reconcile(self, ledger: Ledger) -> bool:
+        """Reserve and release nodes (under the scheduler lock); True when something changed."""
+        ...
+
+    def begin(self, waiting: Sequence[TrainingJob], ledger: Ledger) -> PolicyRun: ...
+
+    def agent_hints(self, placements: list[protocol.Placement]) -> list[protocol.Placement]: ...
+
+
+class _SharedPoolRun:
+    held: dict[int, str] = {}
+
+    def shape(self, request: JobRequest) -> JobRequest:
+        return request
+
+    def block(self, request: JobRequest) -> str | None:
+        return None
+
+    def admit(self, request: JobRequest) -> None:
+        return None
+
+    def placed(self, job: TrainingJob, assignments: Sequence[Assignment]) -> None:
+        return None
+
+
+class SharedPool:
+    """No reservations, no preferences, no quotas."""
+
+    def reservations(self) -> list[Reservation]:
+        return []
+
+    def reconcile(self, ledger: Ledger) -> bool:
+        return False
+
+    def begin(self, waiting: Sequence[TrainingJob], ledger: Ledger) -> PolicyRun:
+        return _SharedPoolRun()
+
+    def agent_hints(self, placements: list[protocol.Placement]) -> list[protocol.Placement]:
+        return placements
+
+
+_installed: ClusterPolicy = SharedPool()
+
+
+def install(policy: ClusterPolicy) -> None:
+    global _installed
+    _installed = policy
+
+
+def current() -> ClusterPolicy:
+    return _installed

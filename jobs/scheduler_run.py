@@ -1,0 +1,139 @@
+"""One run of the scheduler: read the ledger, decide (jobs.scheduling), apply the decision.
+
+Everything happens in one transaction under the scheduler lock, so two runs (two Celery
+workers) never decide on the same GPUs. Level-triggered: a run looks at everything waiting,
+so running it again changes nothing, and a lost trigger is made up by the next tick.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from django.db import transaction
+from django.db.models import Case, CharField, Value, When
+from django.utils import timezone
+
+from . import actions, failover, lifecycle, policy
+from .capacity import Ledger
+from .capacity_load import load_ledger, stop_grace
+from .choices import JobStatus, LearningType
+from .locks import take_scheduler_lock
+from .models import JobAttempt, Placement, TrainingJob
+from .models.attempts import HOLDING_STATES, PlacementState
+from .scheduling import Assignment, Decision, JobRequest, schedule
+
+log = logging.getLogger(__name__)
+
+WAITING = (JobStatus.PENDING, JobStatus.FAILOVER_IN_PROGRESS, JobStatus.SPOT_INTERRUPTED)
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    placed: int = 0
+    waiting: int = 0
+    preempted: int = 0
+    released: int = 0  # placements that stopped holding GPUs when their stop grace ended
+    decision: Decision | None = field(default=None, repr=False)  # what jobs.scheduling decided
+
+    def counts(self) -> dict[str, int]:
+        return {"placed": self.placed, "waiting": self.waiting, "preempted": self.preempted, "released": self.released}
+
+
+def release_overdue(now: datetime) -> int:
+    """Placements of stopped jobs whose grace is over hold nothing: mark them so, and finish the
+    deletion of Terminating jobs that nothing holds any more."""
+    overdue = Placement.objects.filter(
+        state__in=HOLDING_STATES, attempt__stop_requested_at__lt=now - stop_grace(),
+    )
+    job_ids = set(overdue.values_list("attempt__job_id", flat=True))
+    released = overdue.update(
+        state=PlacementState.RELEASED, ended_at=now,
+        message="released: the agent did not confirm the stop within the stop grace",
+    )
+    for job in TrainingJob.objects.select_for_update().filter(pk__in=job_ids, status=JobStatus.TERMINATING):
+        if not Placement.objects.filter(attempt__job=job, state__in=HOLDING_STATES).exists():
+            actions.remove_job(job)
+    return released
+
+
+def _request(job: TrainingJob) -> JobRequest:
+    return JobRequest(
+        job_id=job.pk, owner_id=job.owner_id, server_type=job.server_type.name,
+        gpus_per_node=job.gpus_per_node, node_count=job.node_count,
+        spot=job.learning_type == LearningType.SPOT, workspace_id=job.workspace_id,
+    )
+
+
+def _ready(jobs: list[TrainingJob], ledger: Ledger) -> list[TrainingJob]:
+    """Waiting jobs that may be placed now, in priority order.
+
+    A failed-over or interrupted job waits until every placement of its previous attempt has
+    stopped (its last checkpoint commit is in, its GPUs are free) and, for a failover, until
+    the assessment decided to reallocate. Failovers come first, then on-demand jobs, then spot
+    jobs; FIFO within each.
+    """
+    still_held = {job.pk for job in jobs if job.current_attempt and ledger.job_gpus(job.pk)}
+    assessing = set(
+        JobAttempt.objects.filter(
+            job__in=[j for j in jobs if j.status == JobStatus.FAILOVER_IN_PROGRESS], ended_at__isnull=True,
+        ).values_list("job_id", flat=True)
+    )
+    # their reason (why the attempt was interrupted, what the assessment looks at) stays meanwhile
+    ready = [job for job in jobs if job.pk not in still_held and job.pk not in assessing]
+    rank = {JobStatus.FAILOVER_IN_PROGRESS: 0}
+    ready.sort(key=lambda j: (rank.get(j.status, 1), j.learning_type == LearningType.SPOT, j.created_at, j.pk))
+    return ready
+
+
+def _release_warm(job: TrainingJob, assignments: list[Assignment], now: datetime) -> None:
+    for assignment in assignments:
+        for hold in assignment.takes_warm:
+            taker = f"your job {job.name}" if hold.owner_id == job.owner_id else "another user's job"
+            Placement.objects.filter(pk=hold.placement_id, warm_released_at__isnull=True).update(
+                warm_released_at=now, warm_released_for=f"{taker} on {assignment.node_name}"[:200],
+            )
+
+
+def set_waiting_reasons(reasons: dict[int, str]) -> None:
+    """Waiting jobs' reasons change without a status change (no history row), in one UPDATE."""
+    if not reasons:
+        return
+    TrainingJob.objects.filter(pk__in=list(reasons), status__in=[JobStatus.PENDING, JobStatus.SPOT_INTERRUPTED]).update(
+        status_reason=Case(
+            *[When(pk=pk, then=Value(text[:500])) for pk, text in reasons.items()],
+            output_field=CharField(),
+        ),
+        updated_at=timezone.now(),
+    )
+
+
+def run(now: datetime | None = None) -> RunSummary:
+    """Place waiting jobs on free capacity (gang, priority then FIFO, with backfill); idempotent."""
+    with transaction.atomic():
+        take_scheduler_lock()
+        now = now or timezone.now()
+        released = release_overdue(now)
+        waiting = list(TrainingJob.objects.filter(status__in=WAITING).select_related("server_type"))
+        if not waiting and not released:
+            return RunSummary()
+        cluster = policy.current()
+        ledger = load_ledger(now, cluster.reservations())
+        if cluster.reconcile(ledger):
+            ledger = load_ledger(now, cluster.reservations())
+        ready = _ready(waiting, ledger)
+        policies = cluster.begin(ready, ledger)
+        decision = schedule(
+            (policies.shape(_request(job)) for job in ready if job.pk not in policies.held), ledger, policies,
+        )
+        by_id = {job.pk: job for job in ready}
+        for job_id, assignments in decision.placed.items():
+            if lifecycle.start_attempt(job_id, assignments) is not None:
+                _release_warm(by_id[job_id], assignments, now)
+                policies.placed(by_id[job_id], assignments)
+        for victim in TrainingJob.objects.select_for_update().filter(pk__in=list(decision.preempt)):
+            if victim.status in (JobStatus.CREATING, JobStatus.RUNNING):
+                failover.pause_spot(victim, f"capacity reclaimed by on-demand job {by_id[decision.preempt[victim.pk]].name}")
+        set_waiting_reasons({**decision.waiting, **policies.held})
+    return RunSummary(len(decision.placed), len(decision.waiting) + len(policies.held), len(decision.preempt), released, decision)
