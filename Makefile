@@ -18,18 +18,19 @@ $(STAMP): requirements.txt | $(PY)
 
 venv: $(STAMP)
 
-## Start everything in the foreground: Redis (if none answers), object storage, console, worker, beat.
+## Start everything in the foreground: a private PostgreSQL, Redis (if none answers), object storage, console, worker, beat, two nodes.
 run: $(STAMP)
 	$(PY) -m console.devserver
 
 ## The whole test suite, on PostgreSQL and Redis (started by .ci/run in CI).
+TEST_ENV = DATABASE_URL=$${TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/simpleai} \
+	REDIS_URL=$${TEST_REDIS_URL:-redis://127.0.0.1:6379/14}
+
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(PY) manage.py check
-	$(PY) manage.py makemigrations --check --dry-run
-	DATABASE_URL=$${TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/simpleai} \
-	REDIS_URL=$${TEST_REDIS_URL:-redis://127.0.0.1:6379/14} \
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(TEST_ENV) $(PY) manage.py check
+	$(TEST_ENV) $(PY) manage.py makemigrations --check --dry-run
+	$(TEST_ENV) $(PY) -m pytest $(PYTEST_ARGS)
 
 ## Install Podman, runc and a registry, and build the test image (root; cached): the Docker runtime's tests need them.
 containers: $(STAMP)

@@ -1,7 +1,10 @@
 """`make run`: everything of a development console in the foreground, stopped by Ctrl-C.
 
-Starts (or finds) Redis and object storage, migrates, creates the first admin, then runs
-daphne, a Celery worker and Celery beat, and supervises them: if one dies, all stop.
+Starts a private PostgreSQL (unless DATABASE_URL names one), finds or starts Redis, starts
+object storage, migrates, creates the first admin, then runs daphne, a Celery worker and
+Celery beat and two local node agents, and supervises them: if one dies, all stop. Ctrl-C
+stops them in order, each within the stop grace: the agents first (they stop their jobs and
+report to a console that still listens), then the console and Celery, then the stores.
 """
 
 from __future__ import annotations
@@ -11,47 +14,64 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from console.services.objectstore import start_seaweedfs
 from console.services.ports import port_answers
+from console.services.postgres_server import start_private_postgres
 from console.services.redis_server import redis_answers, start_private_redis
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN_DIR = ROOT / ".run"
 
 
-class Supervisor:
-    def __init__(self) -> None:
-        self.children: list[tuple[str, subprocess.Popen]] = []
-        self.stopping = False
+@dataclass
+class Child:
+    name: str
+    process: subprocess.Popen
+    stage: int  # stopped in order: agents (0), console and Celery (1), the stores (2)
+    stop_signal: int = signal.SIGTERM
 
-    def start(self, name: str, args: list[str], env: dict[str, str]) -> subprocess.Popen:
+
+class Supervisor:
+    AGENTS, SERVICES, STORES = 0, 1, 2
+
+    def __init__(self, grace: float) -> None:
+        self.children: list[Child] = []
+        self.stopping = False
+        self.grace = grace  # each stage stops within it; only a child that overruns is killed
+
+    def start(self, name: str, args: list[str], env: dict[str, str], stage: int = SERVICES) -> subprocess.Popen:
         process = subprocess.Popen(args, cwd=ROOT, env=env, start_new_session=True)
-        self.children.append((name, process))
+        self.children.append(Child(name, process, stage))
         return process
 
-    def adopt(self, name: str, process: subprocess.Popen) -> None:
-        self.children.append((name, process))
+    def adopt(self, name: str, process: subprocess.Popen, stop_signal: int = signal.SIGTERM) -> None:
+        self.children.append(Child(name, process, self.STORES, stop_signal))
 
     def stop_all(self) -> None:
         self.stopping = True
-        for _, process in reversed(self.children):
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
-        deadline = time.monotonic() + 15
-        for name, process in reversed(self.children):
-            try:
-                process.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                print(f"{name} did not stop in time; killing it")
-                os.killpg(process.pid, signal.SIGKILL)
+        started = time.monotonic()
+        for stage in (self.AGENTS, self.SERVICES, self.STORES):
+            children = [c for c in self.children if c.stage == stage and c.process.poll() is None]
+            for child in children:
+                os.killpg(child.process.pid, child.stop_signal)
+            deadline = time.monotonic() + self.grace
+            for child in children:
+                try:
+                    child.process.wait(timeout=max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    print(f"{child.name} did not stop within {self.grace:.0f} s; killing it")
+                    os.killpg(child.process.pid, signal.SIGKILL)
+                    child.process.wait()
+        print(f"Stopped in {time.monotonic() - started:.1f} s.")
 
     def wait(self) -> int:
         while not self.stopping:
-            for name, process in self.children:
-                if process.poll() is not None:
-                    print(f"\n{name} exited with code {process.returncode}; stopping everything.")
+            for child in self.children:
+                if child.process.poll() is not None:
+                    print(f"\n{child.name} exited with code {child.process.returncode}; stopping everything.")
                     return 1
             time.sleep(0.5)
         return 0
@@ -66,6 +86,16 @@ def _redis(sup: Supervisor, env: dict[str, str]) -> None:
     sup.adopt("redis", process)
     env["REDIS_URL"] = url
     print(f"Redis: none answered; started a private one at {url}")
+
+
+def _database(sup: Supervisor, env: dict[str, str]) -> None:
+    if env.get("DATABASE_URL"):
+        print("Database: DATABASE_URL")
+        return
+    url, process, source = start_private_postgres(RUN_DIR / "postgres")
+    sup.adopt("postgres", process, stop_signal=signal.SIGINT)  # SIGINT: PostgreSQL's fast shutdown
+    env["DATABASE_URL"] = url
+    print(f"Database: a private PostgreSQL ({source}), data in {RUN_DIR / 'postgres' / 'data'}")
 
 
 def _object_store(sup: Supervisor, env: dict[str, str]) -> None:
@@ -120,7 +150,7 @@ def _local_nodes(sup: Supervisor, env: dict[str, str], port: str) -> None:
             "--name", name, "--gpus", env.get("LOCAL_NODE_GPUS", "simulated:8"),
             "--server-type", env.get("LOCAL_NODE_SERVER_TYPE", "g2"), "--work-dir", str(RUN_DIR / "nodes" / name),
             *runtime_args,
-        ], agent_env)
+        ], agent_env, stage=Supervisor.AGENTS)
     if count:
         print(f"Started {count} local node agent(s) with simulated GPUs (LOCAL_NODES={count}).")
 
@@ -130,9 +160,14 @@ def main() -> int:
     env.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
     env["PYTHONUNBUFFERED"] = "1"
     port = env.get("PORT", "8000")
-    sup = Supervisor()
+    # a stage may take the jobs' stop grace (agents: SIGTERM → grace → SIGKILL) and a little more
+    sup = Supervisor(grace=float(env.get("JOB_STOP_GRACE_SECONDS", "30")) + 10)
+    # Ctrl-C (even where a parent shell ignored SIGINT for background jobs) and SIGTERM stop all
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
+        RUN_DIR.mkdir(exist_ok=True)
+        _database(sup, env)
         _redis(sup, env)
         _object_store(sup, env)
         python = sys.executable
@@ -140,7 +175,6 @@ def main() -> int:
         subprocess.run([python, "manage.py", "ensure_admin"], cwd=ROOT, env=env, check=True)
         sup.start("daphne", [python, "-m", "daphne", "-b", "127.0.0.1", "-p", port, "console.asgi:application"], env)
         sup.start("celery-worker", [python, "-m", "celery", "-A", "console", "worker", "-l", "info", "--concurrency", "2"], env)
-        RUN_DIR.mkdir(exist_ok=True)
         sup.start("celery-beat", [python, "-m", "celery", "-A", "console", "beat", "-l", "info",
                                   "-s", str(RUN_DIR / "celerybeat-schedule")], env)
         _local_nodes(sup, env, port)

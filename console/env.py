@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from urllib.parse import unquote, urlparse
+from urllib.parse import parse_qs, unquote, urlparse
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -59,25 +59,32 @@ def env_list(name: str, default: list[str]) -> list[str]:
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
+def private_database_url(base_dir: Path) -> str:
+    """Where `make run`'s private PostgreSQL listens (console.services.postgres_server)."""
+    return f"postgres://postgres@/simpleai?host={base_dir / '.run' / 'postgres' / 'socket'}&port=5432"
+
+
 def database_from_url(url: str, base_dir: Path) -> dict:
-    """DATABASES['default'] from postgres://user:pass@host:port/name or sqlite:///path."""
-    if not url:
-        return {"ENGINE": "django.db.backends.sqlite3", "NAME": base_dir / "db.sqlite3"}
-    parsed = urlparse(url)
+    """DATABASES['default'] from postgres://user:pass@host:port/name (libpq's `?host=/socket/dir`
+    and `?port=` work too). Unset: `make run`'s private PostgreSQL."""
+    parsed = urlparse(url or private_database_url(base_dir))
     if parsed.scheme == "sqlite":
-        name = parsed.path[1:] if parsed.path.startswith("//") else parsed.path.lstrip("/") or ""
-        return {"ENGINE": "django.db.backends.sqlite3", "NAME": name or base_dir / "db.sqlite3"}
-    if parsed.scheme in {"postgres", "postgresql", "pgsql"}:
-        if not parsed.path.strip("/"):
-            raise ImproperlyConfigured(f"DATABASE_URL {url!r} names no database")
-        return {
-            "ENGINE": "django.db.backends.postgresql",
-            "NAME": unquote(parsed.path.lstrip("/")),
-            "USER": unquote(parsed.username or ""),
-            "PASSWORD": unquote(parsed.password or ""),
-            "HOST": parsed.hostname or "",
-            "PORT": str(parsed.port or ""),
-            "CONN_MAX_AGE": 60,
-            "CONN_HEALTH_CHECKS": True,
-        }
-    raise ImproperlyConfigured(f"DATABASE_URL scheme {parsed.scheme!r} is not supported (postgres, sqlite)")
+        raise ImproperlyConfigured(
+            "DATABASE_URL: SQLite is not supported (it cannot take the console's concurrent writers); "
+            "use PostgreSQL — `make run` starts a private one when DATABASE_URL is unset"
+        )
+    if parsed.scheme not in {"postgres", "postgresql", "pgsql"}:
+        raise ImproperlyConfigured(f"DATABASE_URL scheme {parsed.scheme!r} is not supported (postgres)")
+    if not parsed.path.strip("/"):
+        raise ImproperlyConfigured(f"DATABASE_URL {url!r} names no database")
+    query = parse_qs(parsed.query)
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": unquote(parsed.path.lstrip("/")),
+        "USER": unquote(parsed.username or ""),
+        "PASSWORD": unquote(parsed.password or ""),
+        "HOST": query.get("host", [parsed.hostname or ""])[0],
+        "PORT": query.get("port", [str(parsed.port or "")])[0],
+        "CONN_MAX_AGE": 60,
+        "CONN_HEALTH_CHECKS": True,
+    }

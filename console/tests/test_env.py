@@ -93,16 +93,23 @@ def test_env_secret_fails_loudly_on_an_unreadable_file(monkeypatch, tmp_path):
         env_secret("X")
 
 
-def test_no_database_url_means_sqlite_beside_the_code():
-    assert database_from_url("", BASE) == {"ENGINE": "django.db.backends.sqlite3", "NAME": BASE / "db.sqlite3"}
+def test_no_database_url_means_the_private_postgresql_of_make_run():
+    config = database_from_url("", BASE)
+    assert config["ENGINE"] == "django.db.backends.postgresql"
+    assert (config["NAME"], config["USER"], config["HOST"], config["PORT"]) == (
+        "simpleai", "postgres", str(BASE / ".run" / "postgres" / "socket"), "5432",
+    )
 
 
-@pytest.mark.parametrize(("url", "name"), [
-    ("sqlite:////var/lib/console/db.sqlite3", "/var/lib/console/db.sqlite3"),
-    ("sqlite:///console.db", "console.db"),
-])
-def test_sqlite_urls(url, name):
-    assert database_from_url(url, BASE) == {"ENGINE": "django.db.backends.sqlite3", "NAME": name}
+@pytest.mark.parametrize("url", ["sqlite:////var/lib/console/db.sqlite3", "sqlite:///console.db"])
+def test_sqlite_is_refused_with_what_to_do_instead(url):
+    with pytest.raises(ImproperlyConfigured, match="SQLite is not supported.*make run"):
+        database_from_url(url, BASE)
+
+
+def test_a_socket_directory_and_port_in_the_query():
+    config = database_from_url("postgres://postgres@/simpleai?host=/run/pg&port=5433", BASE)
+    assert (config["HOST"], config["PORT"]) == ("/run/pg", "5433")
 
 
 def test_a_postgres_url_gives_every_part():
