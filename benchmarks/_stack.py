@@ -88,6 +88,29 @@ class BenchStack:
         subprocess.run(["psql", BENCH_PG + "/postgres", "-qc", f"DROP DATABASE IF EXISTS {BENCH_DB} WITH (FORCE)"], check=False)
 
 
+class BenchDatabase:
+    """Only a migrated throw-away database (for benchmarks of console code without processes)."""
+
+    def __enter__(self) -> BenchDatabase:
+        subprocess.run(["psql", BENCH_PG + "/postgres", "-qc", f"DROP DATABASE IF EXISTS {BENCH_DB} WITH (FORCE)"], check=True)
+        subprocess.run(["psql", BENCH_PG + "/postgres", "-qc", f"CREATE DATABASE {BENCH_DB}"], check=True)
+        os.environ.update({
+            "DJANGO_SETTINGS_MODULE": "console.settings", "DATABASE_URL": f"{BENCH_PG}/{BENCH_DB}",
+            "REDIS_URL": os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/13"),
+        })
+        subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=os.environ, check=True)
+        import django
+
+        django.setup()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        from django.db import connections
+
+        connections.close_all()
+        subprocess.run(["psql", BENCH_PG + "/postgres", "-qc", f"DROP DATABASE IF EXISTS {BENCH_DB} WITH (FORCE)"], check=False)
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     if not ordered:

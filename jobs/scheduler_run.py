@@ -135,5 +135,7 @@ def run(now: datetime | None = None) -> RunSummary:
         for victim in TrainingJob.objects.select_for_update().filter(pk__in=list(decision.preempt)):
             if victim.status in (JobStatus.CREATING, JobStatus.RUNNING):
                 failover.pause_spot(victim, f"capacity reclaimed by on-demand job {by_id[decision.preempt[victim.pk]].name}")
-        set_waiting_reasons({**decision.waiting, **policies.held})
+        reasons = {**decision.waiting, **policies.held}
+        current = {job.pk: job.status_reason for job in waiting}
+        set_waiting_reasons({pk: text for pk, text in reasons.items() if current.get(pk) != text[:500]})
     return RunSummary(len(decision.placed), len(decision.waiting) + len(policies.held), len(decision.preempt), released, decision)

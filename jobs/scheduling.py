@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from .capacity import GpuState, GpuUse, JobHold, Ledger, NodeLedger, WarmHold
+from .capacity import GpuUse, JobHold, Ledger, NodeLedger, WarmHold
 
 
 @dataclass(frozen=True)
@@ -95,9 +95,14 @@ class _Run:
         # node → GPU → (owner, claimed) of what this run placed there or promised to a waiting job
         self.taken: dict[int, dict[int, tuple[int, bool]]] = {}
         self.preempted: set[int] = set()  # spot jobs asked to stop in this run
+        self.changes: list[int] = []  # one entry per placement or claim made in this run
 
     def take(self, node_id: int, gpus: Iterable[int], owner_id: int, claimed: bool) -> None:
         self.taken.setdefault(node_id, {}).update({index: (owner_id, claimed) for index in gpus})
+        self.changes.append(node_id)
+
+    def eligible_pools(self, request: JobRequest) -> list[_Pools]:
+        return [self.pools(node, request) for node in self.ledger.nodes.values() if _eligible(node, request)]
 
     def pools(self, node: NodeLedger, request: JobRequest) -> _Pools:
         taken = self.taken.get(node.node.node_id, {})
@@ -211,18 +216,33 @@ def schedule(requests: Iterable[JobRequest], ledger: Ledger, admission: Admissio
     """Place what fits, claim what is being released, say why the rest waits."""
     run = _Run(ledger)
     decision = Decision()
+    # capacity only shrinks during a run: a shape that neither fit nor could claim cannot later
+    # (what a request can use does not depend on its owner), so a long queue of jobs that wait
+    # costs one look per shape, and one count of what blocks it while nothing changes
+    hopeless: set[tuple] = set()
+    blockers: dict[tuple, _Blockers] = {}
     for request in requests:
         if admission is not None and (blocked := admission.block(request)):
             decision.waiting[request.job_id] = blocked
             continue
-        pools = [run.pools(node, request) for node in ledger.nodes.values() if _eligible(node, request)]
+        shape = (request.server_type, request.gpus_per_node, request.node_count, request.spot,
+                 request.workspace_id, request.excluded_nodes)
+        if shape in hopeless:
+            seen = (shape, len(run.changes))
+            if seen not in blockers:
+                blockers[seen] = _blockers(request, ledger, run.eligible_pools(request), run)
+            decision.waiting[request.job_id] = _describe(request, blockers[seen])
+            continue
+        pools = run.eligible_pools(request)
         assignments = _place(run, request, pools)
         if assignments is not None:
             decision.placed[request.job_id] = assignments
         elif (claimed := _claim(run, request, pools, decision)) is not None:
             decision.waiting[request.job_id] = claimed
         else:
-            decision.waiting[request.job_id] = explain(request, ledger, pools, run)
+            hopeless.add(shape)
+            blockers[(shape, len(run.changes))] = found = _blockers(request, ledger, pools, run)
+            decision.waiting[request.job_id] = _describe(request, found)
             continue
         if admission is not None:
             admission.admit(request)
@@ -233,60 +253,80 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}" + ("" if n == 1 else "s")
 
 
-def _holder(request: JobRequest, state: GpuState, taken: tuple[int, bool] | None) -> str:
-    """What keeps one GPU from `request`, as the reason counts it ("" when nothing does)."""
-    if taken is not None:
-        owner, promised = taken
-        if promised:
-            return "claimed"
-        return "mine" if owner == request.owner_id else "others"
-    if state.use is GpuUse.JOB and state.hold is not None:
-        return "mine" if state.hold.owner_id == request.owner_id else "others"
-    return state.use.value if state.use in (GpuUse.STOPPING, GpuUse.UNHEALTHY) else ""
+@dataclass
+class _Blockers:
+    """What holds the capacity a request shape would need (the same for every owner)."""
+
+    fitting: int
+    typed: int
+    in_use: Counter[int]  # owner → GPUs in use by their jobs (or placed for them in this run)
+    held: Counter[str]  # stopping / claimed / unhealthy → GPUs
+    nodes: Counter[str]  # offline / cordoned / excluded / reserved → nodes
 
 
-def explain(request: JobRequest, ledger: Ledger, pools: list[_Pools], run: _Run | None = None) -> str:
-    """Why `request` cannot be placed now, naming what holds the capacity it would need."""
-    need, count = request.gpus_per_node, request.node_count
-    wanted = (f"Waiting for {count} × {request.server_type} {'node' if count == 1 else 'nodes'} "
-              f"with {_plural(need, 'free GPU')}")
+def _blockers(request: JobRequest, ledger: Ledger, pools: list[_Pools], run: _Run | None) -> _Blockers:
+    need = request.gpus_per_node
     typed = [n for n in ledger.nodes.values() if n.node.server_type == request.server_type]
-    if not typed:
-        return f"{wanted}: no {request.server_type} node is registered"
-    fitting = sum(1 for p in pools if p.ready >= need)
-    parts = [f"{fitting} {'fits' if fitting == 1 else 'fit'} now"]
-    if len(typed) < count:
-        parts.append(f"only {_plural(len(typed), 'node')} of this type {'exists' if len(typed) == 1 else 'exist'}")
-    held: Counter[str] = Counter()
+    found = _Blockers(sum(1 for p in pools if p.ready >= need), len(typed), Counter(), Counter(), Counter())
     taken = run.taken if run else {}
     for p in pools:
-        if p.ready < need:
-            here = taken.get(p.node.node.node_id, {})
-            held.update(_holder(request, state, here.get(index)) for index, state in p.node.gpus.items())
-    for key, what in (("others", "in use by other users' jobs"), ("mine", "in use by your jobs"),
-                      ("stopping", "held by stopping jobs"), ("claimed", "promised to jobs ahead in the queue"),
-                      ("unhealthy", "unhealthy")):
-        if held[key]:
-            parts.append(f"{_plural(held[key], 'GPU')} {what}")
+        if p.ready >= need:
+            continue
+        here = taken.get(p.node.node.node_id, {})
+        for index, state in p.node.gpus.items():
+            if index in here:
+                owner, promised = here[index]
+                if promised:
+                    found.held["claimed"] += 1
+                else:
+                    found.in_use[owner] += 1
+            elif state.use is GpuUse.JOB and state.hold is not None:
+                found.in_use[state.hold.owner_id] += 1
+            elif state.use in (GpuUse.STOPPING, GpuUse.UNHEALTHY):
+                found.held[state.use.value] += 1
     eligible = {p.node.node.node_id for p in pools}
-    offline = cordoned = reserved = excluded = 0
     for node in typed:
         if node.node.node_id in eligible:
             continue
         if node.node.node_id in request.excluded_nodes:
-            excluded += 1
+            found.nodes["excluded"] += 1
         elif not node.node.online:
-            offline += 1
+            found.nodes["offline"] += 1
         elif node.node.cordoned:
-            cordoned += 1
-        elif node.reservation is not None or request.workspace_id is not None:
-            reserved += 1
-    for n, what in ((offline, "offline"), (cordoned, "cordoned"), (excluded, "excluded after this job's fault"),
-                    (reserved, "reserved by Training Workspaces" if request.workspace_id is None
-                     else "outside this job's Training Workspace")):
+            found.nodes["cordoned"] += 1
+        else:
+            found.nodes["reserved"] += 1
+    return found
+
+
+def _describe(request: JobRequest, found: _Blockers) -> str:
+    count = request.node_count
+    wanted = (f"Waiting for {count} × {request.server_type} {'node' if count == 1 else 'nodes'} "
+              f"with {_plural(request.gpus_per_node, 'free GPU')}")
+    if not found.typed:
+        return f"{wanted}: no {request.server_type} node is registered"
+    parts = [f"{found.fitting} {'fits' if found.fitting == 1 else 'fit'} now"]
+    if found.typed < count:
+        parts.append(f"only {_plural(found.typed, 'node')} of this type {'exists' if found.typed == 1 else 'exist'}")
+    mine = found.in_use[request.owner_id]
+    others = sum(found.in_use.values()) - mine
+    for n, what in ((others, "in use by other users' jobs"), (mine, "in use by your jobs"),
+                    (found.held["stopping"], "held by stopping jobs"),
+                    (found.held["claimed"], "promised to jobs ahead in the queue"),
+                    (found.held["unhealthy"], "unhealthy")):
         if n:
-            parts.append(f"{_plural(n, 'node')} {what}")
+            parts.append(f"{_plural(n, 'GPU')} {what}")
+    reserved = "reserved by Training Workspaces" if request.workspace_id is None else "outside this job's Training Workspace"
+    for key, what in (("offline", "offline"), ("cordoned", "cordoned"), ("excluded", "excluded after this job's fault"),
+                      ("reserved", reserved)):
+        if found.nodes[key]:
+            parts.append(f"{_plural(found.nodes[key], 'node')} {what}")
     return f"{wanted}: " + "; ".join(parts)
+
+
+def explain(request: JobRequest, ledger: Ledger, pools: list[_Pools], run: _Run | None = None) -> str:
+    """Why `request` cannot be placed now, naming what holds the capacity it would need."""
+    return _describe(request, _blockers(request, ledger, pools, run))
 
 
 def master_port(job_id: int, attempt: int) -> int:

@@ -1,0 +1,112 @@
+"""Scheduler run time on a busy shared cluster. Prints figures; asserts nothing.
+
+Run: `.venv/bin/python benchmarks/scheduler_run.py [--nodes 100] [--jobs 1000] [--runs 5]`.
+A throw-away PostgreSQL database holds `--nodes` 8-GPU nodes and `--jobs` queued jobs of
+several users (1–4 nodes × 1–8 GPUs, one in five spot, one in four users with a GPU quota),
+and the real scheduler run (jobs.scheduler_run.run: ledger, policies, placement, attempts,
+waiting reasons) is timed:
+
+- first run: places what fits into the empty cluster (attempts, placements, history rows);
+- steady runs: the cluster is full and every queued job still waits — the run that repeats
+  on every event and tick while a queue is long;
+- the plain placement alone (jobs.scheduling.schedule on the same ledger), for the split
+  between deciding and reading/writing the database.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import time
+
+from _stack import BenchDatabase
+
+
+def populate(nodes: int, jobs: int, seed: int = 7) -> None:
+    from django.contrib.auth import get_user_model
+    from django.utils import timezone
+
+    from jobs import actions
+    from jobs.models import Node, NodeGPU, ServerType
+    from workspaces.models import Quota
+
+    g2 = ServerType.objects.get(name="g2")
+    now = timezone.now()
+    rows = Node.objects.bulk_create([
+        Node(name=f"bench-{i:04d}", server_type=g2, address="127.0.0.1", connected=True, last_heartbeat_at=now)
+        for i in range(nodes)
+    ])
+    NodeGPU.objects.bulk_create([
+        NodeGPU(node=node, index=i, uuid=f"{node.name}-{i}", model="H100", memory_gb=80) for node in rows for i in range(8)
+    ])
+    users = [get_user_model().objects.create(username=f"user{i}") for i in range(20)]
+    for user in users[::4]:
+        Quota.objects.create(user=user, max_gpus_in_use=64)
+    rng = random.Random(seed)
+    for i in range(jobs):
+        gpus = rng.choice([1, 2, 4, 8, 8])
+        count = rng.choice([1, 1, 2, 4])
+        owner = rng.choice(users)
+        actions.create_job(owner, {
+            "name": f"job-{i}", "learning_type": "spot" if i % 5 == 0 else "on_demand", "framework": "pytorch",
+            "framework_version": "2.13.0", "failover_enabled": False, "server_type": "g2", "gpus_per_node": gpus,
+            "memory_gb": 256 * gpus, "node_count": count, "shm_size_gb": 8, "image_url": "registry/trainer:1",
+            "registry_username": "", "volume_mount_path": "", "script_url": "", "command": "true",
+        }, [])
+
+
+def timed_run() -> tuple[float, int, object]:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from jobs import scheduler_run
+
+    with CaptureQueriesContext(connection) as queries:
+        started = time.perf_counter()
+        summary = scheduler_run.run()
+        elapsed = time.perf_counter() - started
+    return elapsed, len(queries), summary
+
+
+def plain_placement() -> float:
+    from jobs import policy, scheduler_run
+    from jobs.capacity_load import load_ledger
+    from jobs.models import TrainingJob
+    from jobs.scheduling import schedule
+
+    ledger = load_ledger()
+    waiting = list(TrainingJob.objects.filter(status__in=scheduler_run.WAITING).select_related("server_type"))
+    run = policy.current().begin(waiting, ledger)
+    requests = [run.shape(scheduler_run._request(job)) for job in waiting]
+    started = time.perf_counter()
+    schedule(requests, ledger, run)
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=100)
+    parser.add_argument("--jobs", type=int, default=1000)
+    parser.add_argument("--runs", type=int, default=5)
+    args = parser.parse_args()
+    with BenchDatabase():
+        from unittest import mock
+
+        # requests for another run and live events go nowhere: nothing listens in a benchmark
+        with mock.patch("jobs.notify.request_schedule"), mock.patch("jobs.actions.send_job_event"):
+            populate(args.nodes, args.jobs)
+            first, first_queries, summary = timed_run()
+            print(f"{args.nodes} nodes × 8 GPUs, {args.jobs} queued jobs")
+            print(f"first run: {first * 1000:.0f} ms, {first_queries} queries; placed {summary.placed}, "
+                  f"waiting {summary.waiting}")
+            steady = [timed_run() for _ in range(args.runs)]
+            times = [t for t, _, _ in steady]
+            print(f"steady run ({steady[0][2].waiting} jobs waiting, cluster full): median {statistics.median(times) * 1000:.0f} ms, "
+                  f"max {max(times) * 1000:.0f} ms, {steady[0][1]} queries")
+            plain = [plain_placement() for _ in range(args.runs)]
+            print(f"placement decision alone (jobs.scheduling.schedule): median {statistics.median(plain) * 1000:.0f} ms")
+
+
+if __name__ == "__main__":
+    main()
