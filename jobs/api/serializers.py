@@ -14,6 +14,7 @@ from workspaces.pricing import hourly_estimate
 
 from ..choices import FRAMEWORK_VERSIONS, Framework, LearningType
 from ..models import JobStatusChange, ServerType, TrainingJob
+from ..script_check import script_object_error
 from ..validation import (
     DUPLICATE_NAME_MESSAGE,
     FRAMEWORK_MESSAGE,
@@ -127,6 +128,8 @@ class TrainingJobSerializer(serializers.ModelSerializer):
             allocation = allocation_for(info, attrs.get("gpus_per_node") or 0)
             attrs["memory_gb"] = allocation.memory_gb if allocation else None
         errors = validate_job(attrs, server_types)
+        if attrs.get("script_url") and "script_url" not in errors and (message := script_object_error(attrs["script_url"])):
+            errors["script_url"] = message
         owner = self.context["request"].user
         if "name" not in errors and TrainingJob.objects.filter(owner=owner, name=attrs["name"]).exists():
             errors["name"] = DUPLICATE_NAME_MESSAGE

@@ -46,7 +46,7 @@ def page(live_server):
         connections.close_all()
 
 
-def test_a_user_creates_a_job_in_the_browser(live_server, page):
+def test_a_user_creates_a_job_in_the_browser(live_server, page, stored_script):
     alice = UserFactory(username="alice")
     expect = sync_api.expect
 
