@@ -137,12 +137,24 @@ def job_bulk_delete(request: HttpRequest) -> HttpResponse:
     # only the user's own jobs: ids of other users' jobs are silently not found
     owned = list(TrainingJob.objects.filter(owner=request.user, pk__in=ids).values_list("pk", flat=True))
     outcomes = [actions.delete_job(pk) for pk in owned]
-    deleted, terminating = outcomes.count("deleted"), outcomes.count("terminating")
+    terminating = outcomes.count("terminating")
     if not owned:
         messages.error(request, "Select at least one Training Job to delete.")
     else:
-        text = f"{deleted} Training Job(s) deleted"
-        if terminating:
-            text += f", {terminating} terminating"
-        messages.success(request, text + ".")
+        # "gone": deleted meanwhile by another request; it is gone all the same
+        messages.success(request, bulk_delete_message(len(outcomes) - terminating, terminating))
     return redirect("jobs:list")
+
+
+def bulk_delete_message(deleted: int, terminating: int) -> str:
+    """What a bulk delete did, in words: jobs that held nodes are stopped first, then deleted."""
+    def jobs(n: int) -> str:
+        return f"{n} Training Job{'s' if n != 1 else ''}"
+
+    parts = [f"Deleted {jobs(deleted)}."] if deleted else []
+    if terminating:
+        who = f"{terminating} more" if deleted else jobs(terminating)
+        verb, pronoun = ("is", "its") if terminating == 1 else ("are", "their")
+        parts.append(f"{who} {verb} terminating: {pronoun} processes are being stopped on {pronoun} nodes, then "
+                     f"{'it is' if terminating == 1 else 'they are'} deleted.")
+    return " ".join(parts)
