@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from django.contrib import messages
-from django.contrib.admin.views.decorators import staff_member_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
+from console.permissions import staff_only
 from nodeagent.protocol import FAULT_KINDS
 
 from . import nodes
@@ -19,7 +19,7 @@ def _busy_node_ids() -> set[int]:
     return set(Placement.objects.filter(state__in=HOLDING_STATES).values_list("node_id", flat=True))
 
 
-@staff_member_required
+@staff_only
 def node_list(request: HttpRequest) -> HttpResponse:
     busy = _busy_node_ids()
     rows = [
@@ -29,7 +29,7 @@ def node_list(request: HttpRequest) -> HttpResponse:
     return render(request, "jobs/node_list.html", {"rows": rows})
 
 
-@staff_member_required
+@staff_only
 def node_detail(request: HttpRequest, pk: int) -> HttpResponse:
     node = get_object_or_404(Node.objects.select_related("server_type"), pk=pk)
     running = (
@@ -45,7 +45,7 @@ def node_detail(request: HttpRequest, pk: int) -> HttpResponse:
     })
 
 
-@staff_member_required
+@staff_only
 @require_POST
 def node_cordon(request: HttpRequest, pk: int) -> HttpResponse:
     node = get_object_or_404(Node, pk=pk)
@@ -54,7 +54,7 @@ def node_cordon(request: HttpRequest, pk: int) -> HttpResponse:
     return redirect("nodes:detail", pk=node.pk)
 
 
-@staff_member_required
+@staff_only
 @require_POST
 def node_inject_fault(request: HttpRequest, pk: int) -> HttpResponse:
     """The node page's fault injection form (simulated GPUs)."""
@@ -70,7 +70,7 @@ def node_inject_fault(request: HttpRequest, pk: int) -> HttpResponse:
     return redirect("nodes:detail", pk=node.pk)
 
 
-@staff_member_required
+@staff_only
 @require_POST
 def node_reclaim(request: HttpRequest, pk: int) -> HttpResponse:
     node = get_object_or_404(Node, pk=pk)

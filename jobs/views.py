@@ -14,7 +14,7 @@ from django.views.decorators.http import require_POST
 from workspaces.pricing import hourly_estimate
 
 from . import actions
-from .choices import JobStatus, LearningType
+from .choices import TERMINAL_STATUSES, JobStatus, LearningType
 from .forms import TrainingJobForm, tags_from_post
 from .models import ServerType, TrainingJob
 from .validation import DUPLICATE_NAME_MESSAGE, tags_error
@@ -27,7 +27,8 @@ def _own_job(request: HttpRequest, pk: int) -> TrainingJob:
     return get_object_or_404(TrainingJob.objects.select_related("server_type"), pk=pk, owner=request.user)
 
 
-def job_list(request: HttpRequest) -> HttpResponse:
+def _list_context(request: HttpRequest) -> dict:
+    """The filtered page of the user's jobs, for the list and for its live refreshes."""
     jobs = (
         TrainingJob.objects.filter(owner=request.user)
         .select_related("server_type")
@@ -45,12 +46,21 @@ def job_list(request: HttpRequest) -> HttpResponse:
             Q(name__icontains=query) | Q(tags__key__icontains=query) | Q(tags__value__icontains=query)
         ).distinct()
     page = Paginator(jobs, settings.JOBS_PAGE_SIZE).get_page(request.GET.get("page"))
-    return render(request, "jobs/list.html", {
+    return {
         "page": page,
         "statuses": JobStatus.choices,
         "learning_types": LearningType.choices,
         "filters": {"status": status, "learning_type": learning_type, "q": query},
-    })
+    }
+
+
+def job_list(request: HttpRequest) -> HttpResponse:
+    return render(request, "jobs/list.html", _list_context(request))
+
+
+def job_list_rows(request: HttpRequest) -> HttpResponse:
+    """The list's table rows alone: the page fetches them when its socket says a job came or went."""
+    return render(request, "jobs/_list_rows.html", _list_context(request))
 
 
 def _server_types_data(server_types: list[ServerType]) -> dict:
@@ -101,7 +111,17 @@ def _render_detail(request: HttpRequest, job: TrainingJob, tab: str, tags=None, 
         "hourly_price": price,
         "tab": tab if tab in TABS else "details",
         "tab_names": TABS.items(),
+        "job_meta": job_meta(job),
     })
+
+
+def job_meta(job: TrainingJob) -> dict:
+    """What the page's scripts need: an ended job's Logs and Monitoring tabs are not "Live"."""
+    return {
+        "id": job.pk, "status": job.status, "ended": job.status in TERMINAL_STATUSES,
+        "ended_at": job.updated_at.timestamp() if job.status in TERMINAL_STATUSES else None,
+        "terminal_statuses": sorted(TERMINAL_STATUSES),
+    }
 
 
 def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
