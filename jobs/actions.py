@@ -12,7 +12,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from .choices import ACTIVE_STATUSES, JobStatus
-from .events import JobStatusEvent, send_job_event
+from .events import JobReasonEvent, JobStatusEvent, send_job_event
 from .models import JobStatusChange, JobTag, ServerType, TrainingJob
 from .notify import schedule_on_commit, sync_nodes_on_commit
 from .states import check_transition
@@ -55,6 +55,20 @@ def transition(job_id: int, new_status: str, reason: str = "") -> TrainingJob:
     JobStatusChange.objects.create(job=job, old_status=old, new_status=new_status, reason=reason)
     _publish_status(job)
     return job
+
+
+def reason_changed(job_id: int) -> None:
+    """A job's status reason was rewritten without a status change (no history row): after the
+    commit, its page and its owner's list show the new reason."""
+    def send() -> None:
+        job = TrainingJob.objects.filter(pk=job_id).values("owner_id", "status", "status_reason").first()
+        if job is not None:
+            send_job_event(job_id, job["owner_id"], JobReasonEvent(
+                type="job.reason", job_id=job_id, status=job["status"], reason=job["status_reason"],
+                at=timezone.now().isoformat(),
+            ))
+
+    transaction.on_commit(send)
 
 
 @transaction.atomic

@@ -43,6 +43,9 @@ class JobConsumer(AsyncJsonWebsocketConsumer):
     async def job_status(self, event: dict) -> None:
         await self.send_json(event)
 
+    async def job_reason(self, event: dict) -> None:
+        await self.send_json(event)
+
     async def job_metrics(self, event: dict) -> None:
         """New metric samples of this job (monitoring.metrics_ingest.publish) for its charts."""
         await self.send_json(event)
@@ -65,4 +68,7 @@ class JobListConsumer(AsyncJsonWebsocketConsumer):
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
     async def job_status(self, event: dict) -> None:
+        await self.send_json(event)
+
+    async def job_reason(self, event: dict) -> None:
         await self.send_json(event)

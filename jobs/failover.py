@@ -118,6 +118,7 @@ def decide(job: TrainingJob, decision: Decision) -> None:
     job.status_reason = (f"Reallocating to healthy nodes after {decision.reason} "
                          f"(failover {job.failover_count} of {MAX_FAILOVERS})")
     job.save(update_fields=["failover_count", "status_reason", "updated_at"])
+    actions.reason_changed(job.pk)
     end_attempt(job, decision.reason)
     schedule_on_commit()
 

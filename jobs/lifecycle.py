@@ -79,9 +79,10 @@ def start_attempt(job_id: int, assignments: list[Assignment]) -> JobAttempt | No
 def set_waiting_reason(job_id: int, reason: str) -> None:
     """A waiting job's reason changes without a status change (no history row)."""
     # a failover keeps its decision as the reason; the history has the rest
-    TrainingJob.objects.filter(pk=job_id, status__in=[JobStatus.PENDING, JobStatus.SPOT_INTERRUPTED]).exclude(status_reason=reason).update(
+    if TrainingJob.objects.filter(pk=job_id, status__in=[JobStatus.PENDING, JobStatus.SPOT_INTERRUPTED]).exclude(status_reason=reason).update(
         status_reason=reason, updated_at=timezone.now(),
-    )
+    ):
+        actions.reason_changed(job_id)
 
 
 @dataclass(frozen=True)

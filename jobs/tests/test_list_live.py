@@ -105,3 +105,28 @@ def test_the_status_filter_reads_like_the_badge(alice_client):
     html = alice_client.get(reverse("jobs:list")).content.decode()
     assert '<option value="Pending - spotinterrupted">Pending - spotinterrupted</option>' in html
     assert "Spot Interrupted" not in html and "Failover In Progress" not in html
+
+
+def test_a_waiting_jobs_new_reason_reaches_its_page_and_the_list_without_a_history_row(alice, make_job):
+    from jobs import lifecycle
+
+    from .ws import job_socket
+
+    job = make_job()
+    cookie = session_cookie(alice)
+    waiting = "Waiting for 1 × g2 node with 1 free GPU; 0 available"
+
+    async def scenario():
+        page, listing = job_socket(job.pk, cookie), list_socket(cookie)
+        assert (await page.connect())[0] and (await listing.connect())[0]
+        await database_sync_to_async(lifecycle.set_waiting_reason)(job.pk, waiting)
+        events = [await page.receive_json_from(timeout=5), await listing.receive_json_from(timeout=5)]
+        await database_sync_to_async(lifecycle.set_waiting_reason)(job.pk, waiting)  # unchanged: no event
+        assert await listing.receive_nothing(timeout=0.3)
+        await page.disconnect()
+        await listing.disconnect()
+        return events
+
+    events = async_to_sync(scenario)()
+    assert [(e["type"], e["job_id"], e["status"], e["reason"]) for e in events] == [("job.reason", job.pk, "Pending", waiting)] * 2
+    assert job.status_changes.count() == 1  # only "Created"

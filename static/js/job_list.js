@@ -61,7 +61,7 @@
     });
     socket.addEventListener("message", (e) => {
       const event = JSON.parse(e.data);
-      if (event.type === "job.status") apply(event);
+      if (event.type === "job.status" || event.type === "job.reason") apply(event);
     });
     socket.addEventListener("close", (e) => {
       if (e.code === 4401) { state.textContent = "Not live: log in again"; return; }
