@@ -66,7 +66,8 @@
       ? { xaxis: { visible: false }, yaxis: { visible: false } }
       : {
         // times without the date line plotly adds under the first tick (it collides with the y axis)
-        xaxis: { type: "date", showgrid: false, tickformat: view.range > 86400 ? "%b %d %H:%M" : chartPeriod(metric) < 60 ? "%H:%M:%S" : "%H:%M" },
+        // labels a little below the axis, so the first time is not drawn into the y axis's "0"
+        xaxis: { type: "date", showgrid: false, ticklabelstandoff: 8, tickformat: view.range > 86400 ? "%b %d %H:%M" : chartPeriod(metric) < 60 ? "%H:%M:%S" : "%H:%M" },
         yaxis: { rangemode: "tozero", zeroline: false, gridcolor: "#eef1f6", exponentformat: info.unit === "None" ? "e" : "SI" },
       };
     return {
@@ -90,7 +91,14 @@
 
   function draw(chart) {
     const data = traces(chart);
-    window.Plotly.react(chart.div, data, layout(chart.metric, data.length === 0), { displaylogo: false, responsive: true });
+    const spec = layout(chart.metric, data.length === 0);
+    const times = Array.from(chart.lines.values()).flatMap((line) => line.t);
+    if (times.length && Math.min(...times) === Math.max(...times)) {
+      // one moment only: plotly would zoom into a second and print it on every tick
+      const pad = Math.max(chart.period * 6, 60);
+      spec.xaxis.range = [localTime(times[0] - pad), localTime(times[0] + pad)];
+    }
+    window.Plotly.react(chart.div, data, spec, { displaylogo: false, responsive: true });
     chart.div.dataset.points = String(data.reduce((sum, trace) => sum + trace.x.length, 0));
     chart.div.dataset.empty = String(data.length === 0);
   }
