@@ -22,7 +22,28 @@ def _owns_job(user, job_id: int) -> bool:
     return TrainingJob.objects.filter(pk=job_id, owner=user).exists()
 
 
-class JobConsumer(AsyncJsonWebsocketConsumer):
+class _JobEventsConsumer(AsyncJsonWebsocketConsumer):
+    """Joins one group (set by connect) and passes the jobs' live events on to the browser."""
+
+    async def join(self, group: str) -> None:
+        self.group = group
+        await self.channel_layer.group_add(group, self.channel_name)
+        await self.accept()
+
+    async def disconnect(self, code: int) -> None:
+        if hasattr(self, "group"):
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    async def job_status(self, event: dict) -> None:
+        await self.send_json(event)
+
+    async def job_reason(self, event: dict) -> None:
+        await self.send_json(event)
+
+
+class JobConsumer(_JobEventsConsumer):
+    """/ws/jobs/<id>/: one job's status, reason and metric samples, for its owner's page."""
+
     async def connect(self) -> None:
         user = self.scope.get("user")
         self.job_id = int(self.scope["url_route"]["kwargs"]["job_id"])
@@ -32,26 +53,14 @@ class JobConsumer(AsyncJsonWebsocketConsumer):
         if not await _owns_job(user, self.job_id):
             await self.close(code=CLOSE_NOT_FOUND)
             return
-        self.group = job_group(self.job_id)
-        await self.channel_layer.group_add(self.group, self.channel_name)
-        await self.accept()
-
-    async def disconnect(self, code: int) -> None:
-        if hasattr(self, "group"):
-            await self.channel_layer.group_discard(self.group, self.channel_name)
-
-    async def job_status(self, event: dict) -> None:
-        await self.send_json(event)
-
-    async def job_reason(self, event: dict) -> None:
-        await self.send_json(event)
+        await self.join(job_group(self.job_id))
 
     async def job_metrics(self, event: dict) -> None:
         """New metric samples of this job (monitoring.metrics_ingest.publish) for its charts."""
         await self.send_json(event)
 
 
-class JobListConsumer(AsyncJsonWebsocketConsumer):
+class JobListConsumer(_JobEventsConsumer):
     """/ws/jobs/: every status change (creation and deletion too) of the user's own jobs."""
 
     async def connect(self) -> None:
@@ -59,16 +68,4 @@ class JobListConsumer(AsyncJsonWebsocketConsumer):
         if user is None or not user.is_authenticated:
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return
-        self.group = user_group(user.pk)
-        await self.channel_layer.group_add(self.group, self.channel_name)
-        await self.accept()
-
-    async def disconnect(self, code: int) -> None:
-        if hasattr(self, "group"):
-            await self.channel_layer.group_discard(self.group, self.channel_name)
-
-    async def job_status(self, event: dict) -> None:
-        await self.send_json(event)
-
-    async def job_reason(self, event: dict) -> None:
-        await self.send_json(event)
+        await self.join(user_group(user.pk))
