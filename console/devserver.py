@@ -9,6 +9,7 @@ report to a console that still listens), then the console and Celery, then the s
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -17,8 +18,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from console.banner import ready_banner
 from console.services.objectstore import start_seaweedfs
-from console.services.ports import port_answers
+from console.services.ports import port_answers, wait_for_port
 from console.services.postgres_server import start_private_postgres
 from console.services.redis_server import redis_answers, start_private_redis
 
@@ -155,6 +157,20 @@ def _local_nodes(sup: Supervisor, env: dict[str, str], port: str) -> None:
         print(f"Started {count} local node agent(s) with simulated GPUs (LOCAL_NODES={count}).")
 
 
+def _announce_ready(env: dict[str, str], port: str, admin_note: str, local_storage: bool) -> None:
+    """Print the box (URL, admin password, S3 endpoint and keys) once the console answers and
+    the Celery worker replies, so it comes after their start-up lines."""
+    with contextlib.suppress(TimeoutError):  # a console that died is reported by the supervisor
+        wait_for_port(int(port), timeout=60)
+    for _ in range(15):
+        ping = subprocess.run([sys.executable, "-m", "celery", "-A", "console", "inspect", "ping", "--timeout", "1"],
+                              cwd=ROOT, env=env, capture_output=True, text=True)
+        if ping.returncode == 0:
+            break
+    time.sleep(0.5)  # the agents' "connected" lines
+    print("\n" + ready_banner(f"http://127.0.0.1:{port}/", admin_note, env, storage_is_local=local_storage) + "\n", flush=True)
+
+
 def main() -> int:
     env = dict(os.environ)
     env.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
@@ -172,13 +188,17 @@ def main() -> int:
         _object_store(sup, env)
         python = sys.executable
         subprocess.run([python, "manage.py", "migrate", "--noinput"], cwd=ROOT, env=env, check=True)
-        subprocess.run([python, "manage.py", "ensure_admin"], cwd=ROOT, env=env, check=True)
+        # kept for the final box: printed here it would scroll away among the start-up lines
+        admin_note = subprocess.run([python, "manage.py", "ensure_admin"], cwd=ROOT, env=env, check=True,
+                                    capture_output=True, text=True).stdout
         sup.start("daphne", [python, "-m", "daphne", "-b", "127.0.0.1", "-p", port, "console.asgi:application"], env)
-        sup.start("celery-worker", [python, "-m", "celery", "-A", "console", "worker", "-l", "info", "--concurrency", "2"], env)
-        sup.start("celery-beat", [python, "-m", "celery", "-A", "console", "beat", "-l", "info",
+        # at "info" both log every 5-second tick, and the final box scrolls away within a minute
+        celery_level = env.get("CELERY_LOG_LEVEL", "warning")
+        sup.start("celery-worker", [python, "-m", "celery", "-A", "console", "worker", "-l", celery_level, "--concurrency", "2"], env)
+        sup.start("celery-beat", [python, "-m", "celery", "-A", "console", "beat", "-l", celery_level,
                                   "-s", str(RUN_DIR / "celerybeat-schedule")], env)
         _local_nodes(sup, env, port)
-        print(f"\nSimple AI Training console: http://127.0.0.1:{port}/  (Ctrl-C stops everything)\n")
+        _announce_ready(env, port, admin_note, local_storage=not os.environ.get("S3_ENDPOINT_URL"))
         return sup.wait()
     except KeyboardInterrupt:
         print("\nStopping…")

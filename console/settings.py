@@ -137,7 +137,10 @@ REST_FRAMEWORK = {
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Simple AI Training API",
-    "DESCRIPTION": "Training Jobs, server types and (later) logs, metrics and workspaces.",
+    "DESCRIPTION": (
+        "Training Jobs with their logs, metrics and cost; Training Workspaces; server types; "
+        "and, for staff, node operations (fault injection, spot reclaim)."
+    ),
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],

@@ -9,16 +9,19 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from django.db import transaction
+from django.db.models import Case, CharField, Value, When
 from django.utils import timezone
 
 from .choices import ACTIVE_STATUSES, JobStatus
-from .events import JobStatusEvent, send_job_event
+from .events import JobReasonEvent, JobStatusEvent, send_job_event
 from .models import JobAttempt, JobStatusChange, JobTag, ServerType, TrainingJob
 from .notify import schedule_on_commit, sync_nodes_on_commit
 from .states import check_transition
 
 # the statuses in which a job's current attempt should run on its nodes
 RUNNABLE = frozenset({JobStatus.CREATING, JobStatus.RUNNING})
+# waiting jobs whose reason the scheduler keeps up to date (a failover keeps its decision)
+REASON_REWRITABLE = (JobStatus.PENDING, JobStatus.SPOT_INTERRUPTED)
 
 
 def _publish_status(job: TrainingJob) -> None:
@@ -63,6 +66,45 @@ def transition(job_id: int, new_status: str, reason: str = "") -> TrainingJob:
         )
     _publish_status(job)
     return job
+
+
+def reason_changed(job_id: int) -> None:
+    """A job's status reason was rewritten without a status change (no history row): after the
+    commit, its page and its owner's list show the new reason."""
+    def send() -> None:
+        job = TrainingJob.objects.filter(pk=job_id).values("owner_id", "status", "status_reason").first()
+        if job is not None:
+            send_job_event(job_id, job["owner_id"], JobReasonEvent(
+                type="job.reason", job_id=job_id, status=job["status"], reason=job["status_reason"],
+                at=timezone.now().isoformat(),
+            ))
+
+    transaction.on_commit(send)
+
+
+def set_waiting_reasons(jobs: Mapping[TrainingJob, str]) -> int:
+    """Rewrite waiting jobs' reasons (no status change, no history row) in one UPDATE, and push
+    each new reason to the job's page and its owner's list after the commit. A job whose status
+    moved on in the meantime keeps its own reason. Returns how many changed."""
+    reasons = {job.pk: text[:500] for job, text in jobs.items() if job.status_reason != text[:500]}
+    if not reasons:
+        return 0
+    changed = TrainingJob.objects.filter(pk__in=list(reasons), status__in=REASON_REWRITABLE).update(
+        status_reason=Case(*[When(pk=pk, then=Value(text)) for pk, text in reasons.items()], output_field=CharField()),
+        updated_at=timezone.now(),
+    )
+    at = timezone.now().isoformat()
+    events = [
+        (job.pk, job.owner_id, JobReasonEvent(type="job.reason", job_id=job.pk, status=job.status, reason=reasons[job.pk], at=at))
+        for job in jobs if job.pk in reasons and job.status in REASON_REWRITABLE
+    ]
+
+    def send() -> None:
+        for job_id, owner_id, event in events:
+            send_job_event(job_id, owner_id, event)
+
+    transaction.on_commit(send)
+    return changed
 
 
 @transaction.atomic

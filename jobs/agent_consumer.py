@@ -112,7 +112,7 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
             job_id=message["job_id"], attempt=message["attempt"], role=message["role"], state=message["state"],
             exit_code=message.get("exit_code"), signal=message.get("signal"),
             output_url=message.get("output_url", ""), message=message.get("message", ""),
-            image_error=bool(message.get("image_error")),
+            image_error=bool(message.get("image_error")), failure=str(message.get("failure") or ""),
         )
         outcome = await database_sync_to_async(lifecycle.record_placement)(report, self.node_id)
         if outcome == "stale":

@@ -21,18 +21,20 @@ FRAMEWORK_VERSIONS: dict[str, list[str]] = {
 
 
 class JobStatus(models.TextChoices):
-    PENDING = "Pending"
-    CREATING = "Creating"
-    RUNNING = "Running"
-    COMPLETED = "Completed"
-    FAILED = "Failed"
-    STOPPED = "Stopped"
-    TERMINATING = "Terminating"
-    FAILOVER_IN_PROGRESS = "Pending - failoverinprogress"
-    INTERNAL_ERROR = "Pending - internalerror"
-    MAX_RETRIES_EXCEEDED = "Pending - maxretriesexceeded"
-    IMAGE_PULL_BACKOFF = "Pending - imagepullbackoff"
-    SPOT_INTERRUPTED = "Pending - spotinterrupted"
+    # labels spelled out: Django would derive "Spot Interrupted" from the member name, and the
+    # filter must read exactly like the badge (the seed's spelling)
+    PENDING = "Pending", "Pending"
+    CREATING = "Creating", "Creating"
+    RUNNING = "Running", "Running"
+    COMPLETED = "Completed", "Completed"
+    FAILED = "Failed", "Failed"
+    STOPPED = "Stopped", "Stopped"
+    TERMINATING = "Terminating", "Terminating"
+    FAILOVER_IN_PROGRESS = "Pending - failoverinprogress", "Pending - failoverinprogress"
+    INTERNAL_ERROR = "Pending - internalerror", "Pending - internalerror"
+    MAX_RETRIES_EXCEEDED = "Pending - maxretriesexceeded", "Pending - maxretriesexceeded"
+    IMAGE_PULL_BACKOFF = "Pending - imagepullbackoff", "Pending - imagepullbackoff"
+    SPOT_INTERRUPTED = "Pending - spotinterrupted", "Pending - spotinterrupted"
 
 
 # Grouped by lifecycle (netbox style): pages and the scheduler filter on these.

@@ -1,7 +1,8 @@
-"""WebSocket of one job for its owner's browser: live status events.
+"""WebSockets for the owner's browser: one job's live events, and the job list's.
 
 Another user's job, or no login, is answered like a missing page: the handshake is
-refused with close code 4404 (4401 without a session).
+refused with close code 4404 (4401 without a session). The list's socket joins only its
+own user's group, so it hears only that user's jobs.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from .events import job_group
+from .events import job_group, user_group
 from .models import TrainingJob
 
 CLOSE_UNAUTHENTICATED = 4401
@@ -21,18 +22,12 @@ def _owns_job(user, job_id: int) -> bool:
     return TrainingJob.objects.filter(pk=job_id, owner=user).exists()
 
 
-class JobConsumer(AsyncJsonWebsocketConsumer):
-    async def connect(self) -> None:
-        user = self.scope.get("user")
-        self.job_id = int(self.scope["url_route"]["kwargs"]["job_id"])
-        if user is None or not user.is_authenticated:
-            await self.close(code=CLOSE_UNAUTHENTICATED)
-            return
-        if not await _owns_job(user, self.job_id):
-            await self.close(code=CLOSE_NOT_FOUND)
-            return
-        self.group = job_group(self.job_id)
-        await self.channel_layer.group_add(self.group, self.channel_name)
+class _JobEventsConsumer(AsyncJsonWebsocketConsumer):
+    """Joins one group (set by connect) and passes the jobs' live events on to the browser."""
+
+    async def join(self, group: str) -> None:
+        self.group = group
+        await self.channel_layer.group_add(group, self.channel_name)
         await self.accept()
 
     async def disconnect(self, code: int) -> None:
@@ -42,6 +37,35 @@ class JobConsumer(AsyncJsonWebsocketConsumer):
     async def job_status(self, event: dict) -> None:
         await self.send_json(event)
 
+    async def job_reason(self, event: dict) -> None:
+        await self.send_json(event)
+
+
+class JobConsumer(_JobEventsConsumer):
+    """/ws/jobs/<id>/: one job's status, reason and metric samples, for its owner's page."""
+
+    async def connect(self) -> None:
+        user = self.scope.get("user")
+        self.job_id = int(self.scope["url_route"]["kwargs"]["job_id"])
+        if user is None or not user.is_authenticated:
+            await self.close(code=CLOSE_UNAUTHENTICATED)
+            return
+        if not await _owns_job(user, self.job_id):
+            await self.close(code=CLOSE_NOT_FOUND)
+            return
+        await self.join(job_group(self.job_id))
+
     async def job_metrics(self, event: dict) -> None:
         """New metric samples of this job (monitoring.metrics_ingest.publish) for its charts."""
         await self.send_json(event)
+
+
+class JobListConsumer(_JobEventsConsumer):
+    """/ws/jobs/: every status change (creation and deletion too) of the user's own jobs."""
+
+    async def connect(self) -> None:
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close(code=CLOSE_UNAUTHENTICATED)
+            return
+        await self.join(user_group(user.pk))

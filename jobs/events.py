@@ -22,6 +22,16 @@ class JobStatusEvent(TypedDict):
     at: str
 
 
+class JobReasonEvent(TypedDict):
+    """The status reason changed without a status change (e.g. what a waiting job waits for)."""
+
+    type: Literal["job.reason"]
+    job_id: int
+    status: str
+    reason: str
+    at: str
+
+
 def job_group(job_id: int) -> str:
     return f"job-{job_id}"
 
@@ -30,7 +40,7 @@ def user_group(user_id: int) -> str:
     return f"user-{user_id}"
 
 
-def send_job_event(job_id: int, owner_id: int, event: JobStatusEvent) -> None:
+def send_job_event(job_id: int, owner_id: int, event: JobStatusEvent | JobReasonEvent) -> None:
     """Fan an event out to the job's watchers and its owner's pages; never fails the caller."""
     layer = get_channel_layer()
     if layer is None:

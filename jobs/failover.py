@@ -31,6 +31,7 @@ from .models import HardwareEvent as HardwareEventRow
 from .models import JobAttempt, Node, NodeGPU, Placement, TrainingJob
 from .models.attempts import HOLDING_STATES
 from .notify import schedule_on_commit, sync_nodes_on_commit
+from .preparation import placement_decision
 
 log = logging.getLogger(__name__)
 MAX_FAILOVERS = 3
@@ -63,7 +64,7 @@ def evidence_for(placement: Placement, node_lost: bool = False) -> ExitEvidence:
 
 def interrupted(job: TrainingJob, placement: Placement, evidence: ExitEvidence) -> Decision:
     """An attempt of a Creating/Running job stopped for a reason other than success."""
-    decision = classify(evidence)
+    decision = placement_decision(placement) or classify(evidence)
     _say(job, placement, f"{placement.role} on {placement.node_name} stopped: {decision.reason}")
     if decision.verdict is Verdict.HARDWARE:
         # the evidence is this node's own; a lost node is excluded by being Lost, not cordoned
@@ -147,6 +148,7 @@ def decide(job: TrainingJob, decision: Decision) -> None:
     job.status_reason = (f"Reallocating to healthy nodes after {decision.reason} "
                          f"(failover {job.failover_count} of {MAX_FAILOVERS})")[:500]
     job.save(update_fields=["failover_count", "status_reason", "updated_at"])
+    actions.reason_changed(job.pk)
     end_attempt(job, decision.reason)
     schedule_on_commit()
 

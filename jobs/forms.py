@@ -13,6 +13,7 @@ from workspaces.admission import workspace_for
 
 from .choices import FRAMEWORK_VERSIONS, Framework, LearningType
 from .models import ServerType, TrainingJob
+from .script_check import script_object_error
 from .validation import (
     DUPLICATE_NAME_MESSAGE,
     FRAMEWORK_MESSAGE,
@@ -119,6 +120,8 @@ class TrainingJobForm(forms.Form):
             data["volume_mount_path"] = data["script_url"] = ""
         plain = {**data, "server_type": server_type.name if server_type else "", "tags": self.tags}
         errors = validate_job(plain, {st.name: st.info() for st in self.server_types})
+        if plain["script_url"] and "script_url" not in errors and (message := script_object_error(plain["script_url"])):
+            errors["script_url"] = message
         errors = {**workspace_job_errors(self.owner, plain), **errors} if self.owner else errors  # quotas, workspace, keep-alive
         if "tags" in errors:
             # shown in the tags area; a non-field error keeps the form invalid

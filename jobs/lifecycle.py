@@ -87,6 +87,7 @@ class PlacementReport:
     output_url: str = ""
     message: str = ""
     image_error: bool = False
+    failure: str = ""  # protocol.PREPARATION_FAILURES: the agent, not the command, failed
 
 
 @transaction.atomic
@@ -113,8 +114,9 @@ def record_placement(report: PlacementReport, node_id: int) -> str:
     placement.state = PlacementState.EXITED
     placement.exit_code, placement.exit_signal = report.exit_code, report.signal
     placement.output_url, placement.message = report.output_url, report.message[:1000]
+    placement.failure = report.failure[:32]
     placement.ended_at = now
-    placement.save(update_fields=["state", "exit_code", "exit_signal", "output_url", "message", "ended_at"])
+    placement.save(update_fields=["state", "exit_code", "exit_signal", "output_url", "message", "failure", "ended_at"])
     _after_exit(job, placement, report)
     return "ok"
 
@@ -154,7 +156,7 @@ def _after_exit(job: TrainingJob, placement: Placement, report: PlacementReport)
         return
     if job.status not in (JobStatus.CREATING, JobStatus.RUNNING):
         return  # already decided (Failed, failover, paused); this is another node stopping
-    if placement.exit_code == 0 and not placement.exit_signal:
+    if placement.exit_code == 0 and not placement.exit_signal and not placement.failure:
         if still_holding:
             return
         if all(p.exit_code == 0 for p in placements):

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from django.contrib import messages
-from django.contrib.admin.views.decorators import staff_member_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
+from console.permissions import staff_only
 from nodeagent.protocol import FAULT_KINDS
 
 from . import nodes
@@ -16,7 +16,7 @@ from .models import Node, Placement
 from .models.attempts import HOLDING_STATES
 
 
-@staff_member_required
+@staff_only
 def node_list(request: HttpRequest) -> HttpResponse:
     ledger = load_ledger()
     rows = [
@@ -26,7 +26,7 @@ def node_list(request: HttpRequest) -> HttpResponse:
     return render(request, "jobs/node_list.html", {"rows": rows})
 
 
-@staff_member_required
+@staff_only
 def node_detail(request: HttpRequest, pk: int) -> HttpResponse:
     node = get_object_or_404(Node.objects.select_related("server_type"), pk=pk)
     running = (
@@ -43,7 +43,7 @@ def node_detail(request: HttpRequest, pk: int) -> HttpResponse:
     })
 
 
-@staff_member_required
+@staff_only
 @require_POST
 def node_cordon(request: HttpRequest, pk: int) -> HttpResponse:
     node = get_object_or_404(Node, pk=pk)
@@ -52,7 +52,7 @@ def node_cordon(request: HttpRequest, pk: int) -> HttpResponse:
     return redirect("nodes:detail", pk=node.pk)
 
 
-@staff_member_required
+@staff_only
 @require_POST
 def node_inject_fault(request: HttpRequest, pk: int) -> HttpResponse:
     """The node page's fault injection form (simulated GPUs)."""
@@ -68,7 +68,7 @@ def node_inject_fault(request: HttpRequest, pk: int) -> HttpResponse:
     return redirect("nodes:detail", pk=node.pk)
 
 
-@staff_member_required
+@staff_only
 @require_POST
 def node_reclaim(request: HttpRequest, pk: int) -> HttpResponse:
     node = get_object_or_404(Node, pk=pk)

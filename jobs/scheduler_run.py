@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.db import transaction
-from django.db.models import Case, CharField, Value, When
 from django.utils import timezone
 
 from . import actions, failover, lifecycle, policy
@@ -96,19 +95,6 @@ def _release_warm(job: TrainingJob, assignments: list[Assignment], now: datetime
             )
 
 
-def set_waiting_reasons(reasons: dict[int, str]) -> None:
-    """Waiting jobs' reasons change without a status change (no history row), in one UPDATE."""
-    if not reasons:
-        return
-    TrainingJob.objects.filter(pk__in=list(reasons), status__in=[JobStatus.PENDING, JobStatus.SPOT_INTERRUPTED]).update(
-        status_reason=Case(
-            *[When(pk=pk, then=Value(text[:500])) for pk, text in reasons.items()],
-            output_field=CharField(),
-        ),
-        updated_at=timezone.now(),
-    )
-
-
 def run(now: datetime | None = None) -> RunSummary:
     """Place waiting jobs on free capacity (gang, priority then FIFO, with backfill); idempotent."""
     with transaction.atomic():
@@ -136,6 +122,5 @@ def run(now: datetime | None = None) -> RunSummary:
             if victim.status in (JobStatus.CREATING, JobStatus.RUNNING):
                 failover.pause_spot(victim, f"capacity reclaimed by on-demand job {by_id[decision.preempt[victim.pk]].name}")
         reasons = {**decision.waiting, **policies.held}
-        current = {job.pk: job.status_reason for job in waiting}
-        set_waiting_reasons({pk: text for pk, text in reasons.items() if current.get(pk) != text[:500]})
+        actions.set_waiting_reasons({job: reasons[job.pk] for job in waiting if job.pk in reasons})
     return RunSummary(len(decision.placed), len(decision.waiting) + len(policies.held), len(decision.preempt), released, decision)

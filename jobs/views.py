@@ -14,7 +14,7 @@ from django.views.decorators.http import require_POST
 from workspaces.pricing import hourly_estimate
 
 from . import actions
-from .choices import JobStatus, LearningType
+from .choices import TERMINAL_STATUSES, JobStatus, LearningType
 from .forms import TrainingJobForm, tags_from_post
 from .models import ServerType, TrainingJob
 from .validation import DUPLICATE_NAME_MESSAGE, tags_error
@@ -27,7 +27,8 @@ def _own_job(request: HttpRequest, pk: int) -> TrainingJob:
     return get_object_or_404(TrainingJob.objects.select_related("server_type"), pk=pk, owner=request.user)
 
 
-def job_list(request: HttpRequest) -> HttpResponse:
+def _list_context(request: HttpRequest) -> dict:
+    """The filtered page of the user's jobs, for the list and for its live refreshes."""
     jobs = (
         TrainingJob.objects.filter(owner=request.user)
         .select_related("server_type")
@@ -45,12 +46,21 @@ def job_list(request: HttpRequest) -> HttpResponse:
             Q(name__icontains=query) | Q(tags__key__icontains=query) | Q(tags__value__icontains=query)
         ).distinct()
     page = Paginator(jobs, settings.JOBS_PAGE_SIZE).get_page(request.GET.get("page"))
-    return render(request, "jobs/list.html", {
+    return {
         "page": page,
         "statuses": JobStatus.choices,
         "learning_types": LearningType.choices,
         "filters": {"status": status, "learning_type": learning_type, "q": query},
-    })
+    }
+
+
+def job_list(request: HttpRequest) -> HttpResponse:
+    return render(request, "jobs/list.html", _list_context(request))
+
+
+def job_list_rows(request: HttpRequest) -> HttpResponse:
+    """The list's table rows alone: the page fetches them when its socket says a job came or went."""
+    return render(request, "jobs/_list_rows.html", _list_context(request))
 
 
 def _server_types_data(server_types: list[ServerType]) -> dict:
@@ -101,7 +111,17 @@ def _render_detail(request: HttpRequest, job: TrainingJob, tab: str, tags=None, 
         "hourly_price": price,
         "tab": tab if tab in TABS else "details",
         "tab_names": TABS.items(),
+        "job_meta": job_meta(job),
     })
+
+
+def job_meta(job: TrainingJob) -> dict:
+    """What the page's scripts need: an ended job's Logs and Monitoring tabs are not "Live"."""
+    return {
+        "id": job.pk, "status": job.status, "ended": job.status in TERMINAL_STATUSES,
+        "ended_at": job.updated_at.timestamp() if job.status in TERMINAL_STATUSES else None,
+        "terminal_statuses": sorted(TERMINAL_STATUSES),
+    }
 
 
 def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
@@ -137,12 +157,24 @@ def job_bulk_delete(request: HttpRequest) -> HttpResponse:
     # only the user's own jobs: ids of other users' jobs are silently not found
     owned = list(TrainingJob.objects.filter(owner=request.user, pk__in=ids).values_list("pk", flat=True))
     outcomes = [actions.delete_job(pk) for pk in owned]
-    deleted, terminating = outcomes.count("deleted"), outcomes.count("terminating")
+    terminating = outcomes.count("terminating")
     if not owned:
         messages.error(request, "Select at least one Training Job to delete.")
     else:
-        text = f"{deleted} Training Job(s) deleted"
-        if terminating:
-            text += f", {terminating} terminating"
-        messages.success(request, text + ".")
+        # "gone": deleted meanwhile by another request; it is gone all the same
+        messages.success(request, bulk_delete_message(len(outcomes) - terminating, terminating))
     return redirect("jobs:list")
+
+
+def bulk_delete_message(deleted: int, terminating: int) -> str:
+    """What a bulk delete did, in words: jobs that held nodes are stopped first, then deleted."""
+    def jobs(n: int) -> str:
+        return f"{n} Training Job{'s' if n != 1 else ''}"
+
+    parts = [f"Deleted {jobs(deleted)}."] if deleted else []
+    if terminating:
+        who = f"{terminating} more" if deleted else jobs(terminating)
+        verb, pronoun = ("is", "its") if terminating == 1 else ("are", "their")
+        parts.append(f"{who} {verb} terminating: {pronoun} processes are being stopped on {pronoun} nodes, then "
+                     f"{'it is' if terminating == 1 else 'they are'} deleted.")
+    return " ".join(parts)

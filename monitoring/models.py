@@ -47,6 +47,7 @@ class MetricSeries(models.Model):
     stream = models.CharField(max_length=32, blank=True)
 
     class Meta:
+        verbose_name_plural = "metric series"  # not Django's "metric seriess"
         indexes = [
             # a job's charts: its series of one metric
             models.Index(fields=["job_id", "metric"], name="series_job_metric_idx"),

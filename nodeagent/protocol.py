@@ -117,6 +117,13 @@ class AttemptUpdate(TypedDict):
     output_url: NotRequired[str]  # s3://bucket/prefix where OUTPUT_DIR was uploaded
     message: NotRequired[str]  # human-readable detail (e.g. why preparation failed)
     image_error: NotRequired[bool]  # the image could not be pulled / the registry refused
+    failure: NotRequired[str]  # when something around the command failed: one of PREPARATION_FAILURES
+
+
+# What an `exited` report's `failure` names: the placement ended because the agent could not
+# prepare it or deliver its output, not because of the command; `message` says why. The
+# console puts the cause into the job's status reason (jobs.preparation).
+PREPARATION_FAILURES = ("script_download", "image_pull", "environment", "output_upload")
 
 
 class Fault(TypedDict):

@@ -23,6 +23,7 @@ from .logstream import LogStream, Outbox
 from .protocol import Placement
 from .runtimes import Execution, ExitStatus, ImageError, LaunchSpec, Runtime
 from .storage import Storage, StorageError
+from .teardown_noise import TeardownNoiseFolder
 from .trainmetrics import TrainingMetrics
 from .workdirs import attempt_paths, write_marker
 
@@ -45,9 +46,11 @@ class RunnerContext:
 
 
 class PreparationFailed(Exception):
-    def __init__(self, message: str, image_error: bool = False, exit_code: int | None = 1) -> None:
+    """The placement cannot run; `failure` is one of protocol.PREPARATION_FAILURES."""
+
+    def __init__(self, message: str, failure: str, image_error: bool = False, exit_code: int | None = 1) -> None:
         super().__init__(message)
-        self.message, self.image_error, self.exit_code = message, image_error, exit_code
+        self.message, self.failure, self.image_error, self.exit_code = message, failure, image_error, exit_code
 
 
 class Runner:
@@ -85,7 +88,7 @@ class Runner:
         except Exception as exc:  # a bug here must not take the agent down or leave the console waiting
             log.exception("placement %s/%s/%s failed in the agent", self.placement["job_id"], self.placement["attempt"], self.placement["role"])
             self.log.error(f"The node agent failed: {exc}")
-            self._finish(ExitStatus(None, None), message=f"the node agent failed: {exc}")
+            self._finish(ExitStatus(None, None), message=f"the node agent failed: {exc}", failure="environment")
 
     async def _run(self) -> None:
         p = self.placement
@@ -98,7 +101,8 @@ class Runner:
             completed = await self._unless_stopped(self._prepare())
         except PreparationFailed as failed:
             self.log.error(failed.message)
-            self._finish(ExitStatus(failed.exit_code, None), message=failed.message, image_error=failed.image_error)
+            self._finish(ExitStatus(failed.exit_code, None), message=failed.message, image_error=failed.image_error,
+                         failure=failed.failure)
             return
         if not completed:
             self.log.info(f"Stopped before the command started ({self.stop_reason})")
@@ -107,20 +111,22 @@ class Runner:
         self.log.info(f"Environment ready ({time.monotonic() - started:.1f} s); sidecar container is running and ready for training process to run!")
         self.log.info(f"Starting the command: {p['command']}")
         spec = LaunchSpec(p, self.paths.workdir, self.paths.output_dir, self.ctx.runtime.environment(p, self.paths.output_dir))
+        output = TeardownNoiseFolder(self.training.tap(self.log.line))  # torchrun's exit-barrier noise → one line
         try:
-            execution = await self.ctx.runtime.start(spec, self.training.tap(self.log.line))
+            execution = await self.ctx.runtime.start(spec, output.feed)
         except ImageError as exc:  # a warm start skipped the pull, and the image has gone since
             self.log.error(str(exc))
-            self._finish(ExitStatus(None, None), message=str(exc), image_error=True)
+            self._finish(ExitStatus(None, None), message=str(exc), image_error=True, failure="image_pull")
             return
         except Exception as exc:  # bash missing, the Docker engine refusing the GPUs, ...
             self.log.error(f"The command could not be started: {exc}")
-            self._finish(ExitStatus(None, None), message=f"the command could not be started: {exc}")
+            self._finish(ExitStatus(None, None), message=f"the command could not be started: {exc}", failure="environment")
             return
         self._mark("running", execution.marker)
         self.log.flush()
         self.ctx.outbox.attempt(p, "running")
         status = await self._wait(execution)
+        output.close()
         if self.ctx.after_command is not None:
             with contextlib.suppress(Exception):
                 await self.ctx.after_command(self)
@@ -130,7 +136,8 @@ class Runner:
             self.log.info(f"Command exited with code {status.exit_code}")
         output_url, upload_error = await self._upload()
         message = f"crashed: {self.crashed}" if self.crashed else f"stopped: {self.stop_reason}" if self.stop_reason else ""
-        self._finish(status, message="; ".join(m for m in (message, upload_error) if m), output_url=output_url)
+        self._finish(status, message="; ".join(m for m in (message, upload_error) if m), output_url=output_url,
+                     failure="output_upload" if upload_error else "")
 
     async def _unless_stopped(self, work: Any) -> bool:
         """Run `work` unless a stop arrives first (then cancel it): True when it completed."""
@@ -153,7 +160,7 @@ class Runner:
         try:
             await self.ctx.runtime.prepare_image(p, self.log)
         except ImageError as exc:
-            raise PreparationFailed(str(exc), image_error=True, exit_code=None) from exc
+            raise PreparationFailed(str(exc), "image_pull", image_error=True, exit_code=None) from exc
         if p.get("script_url"):
             await self._download_script(p["script_url"])
         if (self.ctx.vendor_dir / "datastates").is_dir():
@@ -170,7 +177,7 @@ class Runner:
                 raise StorageError(f"Cannot download the training script {url}: no object storage is configured (S3_ENDPOINT_URL or the console's settings)")
             _, size = await asyncio.to_thread(storage.download, url, self.paths.workdir)
         except StorageError as exc:
-            raise PreparationFailed(str(exc)) from exc
+            raise PreparationFailed(str(exc), "script_download") from exc
         self.log.info(f"Downloading training script {url} ({size} bytes, {time.monotonic() - started:.1f} s)")
 
     async def _wait(self, execution: Execution) -> ExitStatus:
@@ -212,11 +219,12 @@ class Runner:
             count = await asyncio.to_thread(storage.upload_tree, self.paths.output_dir, prefix)
         except StorageError as exc:
             self.log.error(f"Output not uploaded to {prefix}: {exc}")
-            return "", f"output not uploaded: {exc}"
+            return "", f"output not uploaded to {prefix}: {exc}"
         self.log.info(f"Output uploaded to {prefix} ({count} files)")
         return prefix, ""
 
-    def _finish(self, status: ExitStatus, message: str = "", image_error: bool = False, output_url: str = "") -> None:
+    def _finish(self, status: ExitStatus, message: str = "", image_error: bool = False, output_url: str = "",
+                failure: str = "") -> None:
         self.log.flush()  # every line before the exit report
         self.training.flush()
         fields: dict[str, Any] = {"exit_code": status.exit_code, "signal": status.signal}
@@ -226,6 +234,8 @@ class Runner:
             fields["message"] = message
         if image_error:
             fields["image_error"] = True
+        if failure:
+            fields["failure"] = failure
         self.ctx.outbox.attempt(self.placement, "exited", **fields)
         # after the spool append: a crash in between re-reports the exit (harmless) instead of losing it
         self._mark("exited")

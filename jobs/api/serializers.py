@@ -6,14 +6,19 @@ field types are left loose on purpose (no DRF max_length) so those messages win.
 
 from __future__ import annotations
 
+from decimal import ROUND_HALF_UP
+
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from workspaces.admission import job_errors as workspace_job_errors
 from workspaces.admission import workspace_for
 from workspaces.pricing import hourly_estimate
+from workspaces.usage import job_bill
 
 from ..choices import FRAMEWORK_VERSIONS, Framework, LearningType
 from ..models import JobStatusChange, ServerType, TrainingJob
+from ..script_check import script_object_error
 from ..validation import (
     DUPLICATE_NAME_MESSAGE,
     FRAMEWORK_MESSAGE,
@@ -61,6 +66,45 @@ class StatusChangeSerializer(serializers.ModelSerializer):
         fields = ["old_status", "new_status", "reason", "created_at"]
 
 
+def _hours(**kwargs) -> serializers.DecimalField:
+    return serializers.DecimalField(max_digits=16, decimal_places=4, read_only=True, **kwargs)
+
+
+def _dollars(**kwargs) -> serializers.DecimalField:
+    # rounded like the job page and the usage page (workspaces.pricing.money: to the cent, half up)
+    return serializers.DecimalField(max_digits=16, decimal_places=2, rounding=ROUND_HALF_UP, read_only=True, **kwargs)
+
+
+class AttemptCostSerializer(serializers.Serializer):
+    """One attempt of a job's bill (workspaces.usage.AttemptBill)."""
+
+    number = serializers.IntegerField(read_only=True)
+    kind = serializers.CharField(read_only=True)
+    run_gpu_hours = _hours(source="cost.run_gpu_hours")
+    lost_gpu_hours = _hours(source="cost.lost_gpu_hours", help_text="redone after an interruption: not charged")
+    charged_gpu_hours = _hours(source="cost.charged_gpu_hours")
+    lost_seconds = serializers.FloatField(read_only=True)
+    waited_seconds = serializers.FloatField(read_only=True, help_text="between this attempt and the next: nothing held")
+    amount = _dollars(source="cost.amount")
+
+
+class JobCostSerializer(serializers.Serializer):
+    """What a job has cost so far (workspaces.usage.JobBill): the job page's "Cost and start"."""
+
+    currency = serializers.SerializerMethodField()
+    plan = serializers.CharField(read_only=True, help_text="on_demand, spot or workspace (covered by its contract)")
+    price_per_gpu_hour = _hours()
+    amount = _dollars(source="total.amount")
+    run_gpu_hours = _hours(source="total.run_gpu_hours")
+    charged_gpu_hours = _hours(source="total.charged_gpu_hours")
+    lost_gpu_hours = _hours(source="total.lost_gpu_hours")
+    credited = _dollars(source="total.credited", help_text="what the lost GPU-hours would have cost")
+    attempts = AttemptCostSerializer(many=True, read_only=True)
+
+    def get_currency(self, bill) -> str:
+        return "USD"  # prices are in dollars (the pages show "$")
+
+
 class TrainingJobSerializer(serializers.ModelSerializer):
     name = serializers.CharField(allow_blank=True)
     learning_type = serializers.ChoiceField(
@@ -91,6 +135,7 @@ class TrainingJobSerializer(serializers.ModelSerializer):
     keep_alive_minutes = serializers.IntegerField(default=10, error_messages={"invalid": INTEGER_MESSAGE})
     has_registry_password = serializers.BooleanField(read_only=True)
     hourly_price = serializers.SerializerMethodField()
+    cost = serializers.SerializerMethodField()
     history = StatusChangeSerializer(source="status_changes", many=True, read_only=True)
 
     class Meta:
@@ -100,7 +145,7 @@ class TrainingJobSerializer(serializers.ModelSerializer):
             "server_type", "gpus_per_node", "memory_gb", "node_count", "shm_size_gb",
             "image_url", "registry_username", "registry_password", "has_registry_password",
             "volume_mount_path", "script_url", "command", "tags",
-            "status", "status_reason", "created_at", "updated_at", "hourly_price", "history",
+            "status", "status_reason", "created_at", "updated_at", "hourly_price", "cost", "history",
             "workspace", "keep_alive_minutes", "started_warm", "warm_note",
         ]
         read_only_fields = ["status", "status_reason", "created_at", "updated_at", "started_warm", "warm_note"]
@@ -108,6 +153,10 @@ class TrainingJobSerializer(serializers.ModelSerializer):
     def get_hourly_price(self, job: TrainingJob) -> str:
         price = job.server_type.price_per_gpu_hour(job.learning_type)
         return str(hourly_estimate(price, job.gpus_per_node, job.node_count))
+
+    @extend_schema_field(JobCostSerializer)
+    def get_cost(self, job: TrainingJob) -> dict:
+        return JobCostSerializer(job_bill(job)).data
 
     def to_representation(self, job: TrainingJob) -> dict:
         data = super().to_representation(job)
@@ -127,6 +176,8 @@ class TrainingJobSerializer(serializers.ModelSerializer):
             allocation = allocation_for(info, attrs.get("gpus_per_node") or 0)
             attrs["memory_gb"] = allocation.memory_gb if allocation else None
         errors = validate_job(attrs, server_types)
+        if attrs.get("script_url") and "script_url" not in errors and (message := script_object_error(attrs["script_url"])):
+            errors["script_url"] = message
         owner = self.context["request"].user
         if "name" not in errors and TrainingJob.objects.filter(owner=owner, name=attrs["name"]).exists():
             errors["name"] = DUPLICATE_NAME_MESSAGE

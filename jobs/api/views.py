@@ -8,6 +8,8 @@ from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.authentication import SessionAuthentication, TokenAuthentication
 from rest_framework.response import Response
 
+from workspaces.usage import bill_queryset
+
 from .. import actions
 from ..models import ServerType, TrainingJob
 from ..validation import DUPLICATE_NAME_MESSAGE
@@ -27,8 +29,9 @@ class TrainingJobViewSet(viewsets.ModelViewSet):
         if getattr(self, "swagger_fake_view", False):  # drf-spectacular reading the types: no user
             return TrainingJob.objects.none()
         jobs = (
-            TrainingJob.objects.filter(owner=self.request.user)
-            .select_related("server_type", "workspace")
+            bill_queryset()  # with what the cost reads (workspaces.usage.job_bill)
+            .filter(owner=self.request.user)
+            .select_related("workspace")
             .prefetch_related("tags", "status_changes")
         )
         params = self.request.query_params

@@ -61,6 +61,8 @@ class Placement(models.Model):
     exit_code = models.IntegerField(null=True, blank=True)
     exit_signal = models.IntegerField(null=True, blank=True)
     message = models.CharField(max_length=1000, blank=True)
+    # set when the agent could not prepare the placement or upload its output (protocol.PREPARATION_FAILURES)
+    failure = models.CharField(max_length=32, blank=True)
     output_url = models.CharField(max_length=1024, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)

@@ -6,6 +6,8 @@ and `staff` manages everything in the Django admin.
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 from django.test import Client
 from rest_framework.authtoken.models import Token
@@ -93,3 +95,22 @@ def make_job(alice):
         return actions.create_job(owner or alice, job_fields(**overrides), list(tags), registry_password)
 
     return make
+
+
+@pytest.fixture
+def object_storage_settings(settings, object_store):
+    """The console's object storage is the suite's real SeaweedFS (what the script check asks)."""
+    settings.S3_ENDPOINT_URL = object_store.endpoint
+    settings.S3_ACCESS_KEY = object_store.access_key
+    settings.S3_SECRET_KEY = object_store.secret_key
+    return settings
+
+
+@pytest.fixture
+def stored_script(object_storage_settings, object_store) -> str:
+    """s3://scripts/train.py, uploaded to the console's object storage; returns the URL."""
+    client = object_store.client()
+    with contextlib.suppress(Exception):  # the bucket exists already (SeaweedFS answers either error)
+        client.create_bucket(Bucket="scripts")
+    client.put_object(Bucket="scripts", Key="train.py", Body=b"print('training')\n")
+    return "s3://scripts/train.py"

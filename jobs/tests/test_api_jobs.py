@@ -23,7 +23,7 @@ def job_url(job) -> str:
     return f"{JOBS}{job.pk}/"
 
 
-def test_it_creates_a_pending_job(alice, alice_api):
+def test_it_creates_a_pending_job(alice, alice_api, stored_script):
     response = alice_api.post(JOBS, api_payload(
         name="bert-base", learning_type="spot", framework="deepspeed", framework_version="0.17.6",
         server_type="g3", gpus_per_node=8, memory_gb=4096, node_count=4, shm_size_gb=1024,

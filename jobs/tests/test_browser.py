@@ -46,7 +46,7 @@ def page(live_server):
         connections.close_all()
 
 
-def test_a_user_creates_a_job_in_the_browser(live_server, page):
+def test_a_user_creates_a_job_in_the_browser(live_server, page, stored_script):
     alice = UserFactory(username="alice")
     expect = sync_api.expect
 
@@ -118,7 +118,6 @@ def test_a_user_creates_a_job_in_the_browser(live_server, page):
     expect(row.locator(".status")).to_have_text("Pending")
     expect(row).to_contain_text("2 × 2")
     expect(row).to_contain_text("team=nlp")
-    page.screenshot(path=str(SCREENSHOTS / "job-list.png"), full_page=True)
 
     job = TrainingJob.objects.get(owner=alice)
     assert (job.name, job.status, job.framework_version, job.failover_enabled) == ("bert-large.v1", JobStatus.PENDING, "0.17.6", True)

@@ -46,7 +46,7 @@ def test_the_page_offers_the_allocations_for_the_summary(alice_client):
     assert 'id="server-types"' in response.content.decode()
 
 
-def test_a_valid_post_creates_a_pending_job_and_redirects_to_the_list(alice, alice_client):
+def test_a_valid_post_creates_a_pending_job_and_redirects_to_the_list(alice, alice_client, stored_script):
     response = alice_client.post(URL, form_post(
         learning_type="spot", name="bert-base.v2", framework="deepspeed", framework_version="0.17.6",
         server_type="g3", gpus_per_node="4", node_count="2", shm_size_gb="512",

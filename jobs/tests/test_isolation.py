@@ -39,7 +39,7 @@ def test_bob_cannot_delete_alices_job_from_a_page(bob_client, alices_job):
 def test_bulk_delete_ignores_alices_ids(bob, bob_client, alices_job, make_job):
     bobs = make_job(owner=bob, name="bob-run")
     response = bob_client.post(reverse("jobs:bulk_delete"), {"ids": [alices_job.pk, bobs.pk]}, follow=True)
-    assert "1 Training Job(s) deleted." in response.content.decode()
+    assert "Deleted 1 Training Job." in response.content.decode()
     assert TrainingJob.objects.filter(pk=alices_job.pk).exists()
     assert not TrainingJob.objects.filter(pk=bobs.pk).exists()
 

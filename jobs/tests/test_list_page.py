@@ -96,7 +96,7 @@ def test_it_paginates_and_keeps_the_filters(settings, alice_client, make_job):
 def test_bulk_delete_removes_the_selected_jobs(alice_client, make_job):
     keep, gone_a, gone_b = make_job(name="keep"), make_job(name="gone-a"), make_job(name="gone-b")
     response = alice_client.post(reverse("jobs:bulk_delete"), {"ids": [gone_a.pk, gone_b.pk]}, follow=True)
-    assert "2 Training Job(s) deleted." in response.content.decode()
+    assert "Deleted 2 Training Jobs." in response.content.decode()
     assert list(TrainingJob.objects.values_list("name", flat=True)) == [keep.name]
 
 
@@ -105,10 +105,21 @@ def test_bulk_delete_sets_running_jobs_terminating(alice_client, make_job):
     actions.transition(running.pk, JobStatus.CREATING, "Nodes assigned")
     actions.transition(running.pk, JobStatus.RUNNING, "Started")
     response = alice_client.post(reverse("jobs:bulk_delete"), {"ids": [pending.pk, running.pk]}, follow=True)
-    assert "1 Training Job(s) deleted, 1 terminating." in response.content.decode()
+    assert ("Deleted 1 Training Job. 1 more is terminating: its processes are being stopped on its nodes, then it is "
+            "deleted.") in response.content.decode()
     running.refresh_from_db()
     assert running.status == JobStatus.TERMINATING
     assert not TrainingJob.objects.filter(pk=pending.pk).exists()
+
+
+def test_bulk_delete_of_only_running_jobs_says_they_are_being_stopped(alice_client, make_job):
+    for name in ("a", "b"):
+        job = make_job(name=f"running-{name}")
+        actions.transition(job.pk, JobStatus.CREATING, "Nodes assigned")
+    response = alice_client.post(reverse("jobs:bulk_delete"), {"ids": list(TrainingJob.objects.values_list("pk", flat=True))}, follow=True)
+    html = response.content.decode()
+    assert "2 Training Jobs are terminating: their processes are being stopped on their nodes, then they are deleted." in html
+    assert "0 Training Job" not in html and "Deleted 0" not in html
 
 
 def test_bulk_delete_without_a_selection_says_so(alice_client, make_job):

@@ -48,4 +48,5 @@ def test_the_node_list_shows_each_nodes_utilisation(staff, node):
 
 
 def test_node_pages_are_for_staff_only(alice, node):
-    assert logged_in(alice).get(f"/nodes/{node.pk}/").status_code == 302
+    response = logged_in(alice).get(f"/nodes/{node.pk}/")
+    assert response.status_code == 403 and "Staff only" in response.content.decode()

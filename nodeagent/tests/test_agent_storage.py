@@ -94,6 +94,7 @@ def test_a_missing_script_fails_the_placement_with_code_1(tmp_path, object_store
     console = asyncio.run(scenario())
     exited = console.exited()
     assert exited["exit_code"] == 1 and "image_error" not in exited
+    assert exited["failure"] == "script_download"
     expected = f"Could not download the training script s3://{bucket}/scripts/nope.py: no such object"
     assert exited["message"] == expected
     assert f"[ERROR] {expected}" in console.texts()

@@ -38,6 +38,10 @@
     socket.addEventListener("message", (e) => {
       const event = JSON.parse(e.data);
       document.dispatchEvent(new CustomEvent("job-event", { detail: event }));
+      if (event.type === "job.reason") {
+        document.getElementById("job-status-reason").textContent = event.reason;
+        return;
+      }
       if (event.type !== "job.status") return;
       const badge = document.getElementById("job-status");
       badge.textContent = event.status;

@@ -49,6 +49,19 @@
     }
   }
 
+  // The seed: "Spot Training cannot be used with Job Failover". Choosing one disables the
+  // other here, with that sentence beside it, so the server's refusal is never needed.
+  function exclusiveChoices() {
+    const spotRadio = form.querySelector('input[name="learning_type"][value="spot"]');
+    const failover = $("failover_enabled");
+    const spot = value("learning_type") === "spot";
+    if (spot) failover.checked = false;
+    failover.disabled = spot;
+    spotRadio.disabled = !spot && failover.checked;
+    document.getElementById("failover-conflict").hidden = !failover.disabled;
+    document.getElementById("spot-conflict").hidden = !spotRadio.disabled;
+  }
+
   function price() {
     if (value("workspace")) return "$0.00 (workspace contract)";
     const type = types[value("server_type")];
@@ -105,6 +118,7 @@
   form.addEventListener("change", (e) => {
     if (e.target.name === "server_type") allocationOptions();
     if (e.target.name === "framework") versions();
+    if (e.target.name === "learning_type" || e.target.name === "failover_enabled") exclusiveChoices();
     summary();
   });
   const dialog = document.getElementById("confirm-create");
@@ -123,5 +137,6 @@
   if (wanted && $("workspace") && Array.from($("workspace").options).some((o) => o.value === wanted)) $("workspace").value = wanted;
   allocationOptions();
   versions();
+  exclusiveChoices();
   summary();
 })();

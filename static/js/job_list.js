@@ -1,9 +1,13 @@
-// Training Job list: select rows, delete them after a confirm dialog.
+// Training Job list: select rows, delete them after a confirm dialog, and stay live: every
+// status change of the user's jobs arrives on /ws/jobs/ (the same events as the job page).
 (function () {
   const form = document.getElementById("bulk-delete");
+  const rows = document.getElementById("job-rows");
   const boxes = () => Array.from(form.querySelectorAll('input[name="ids"]'));
   const button = document.getElementById("delete-selected");
   const dialog = document.getElementById("confirm-delete");
+  const state = document.getElementById("list-state");
+  const filter = new URLSearchParams(location.search).get("status") || "";
   const refresh = () => { button.disabled = !boxes().some((b) => b.checked); };
   document.getElementById("select-all").addEventListener("change", (e) => {
     boxes().forEach((b) => { b.checked = e.target.checked; });
@@ -16,4 +20,56 @@
   });
   document.getElementById("cancel-delete").addEventListener("click", () => dialog.close());
   document.getElementById("confirm-delete-button").addEventListener("click", () => form.submit());
+
+  // A job that came, went, or left the filtered view: fetch this page's rows again (the
+  // server applies the filters and the page); what was ticked stays ticked.
+  let reloadTimer = null;
+  function reloadRows() {
+    clearTimeout(reloadTimer);
+    reloadTimer = setTimeout(async () => {
+      const response = await fetch(`${rows.dataset.rowsUrl}${location.search}`, { credentials: "same-origin" });
+      if (!response.ok) return;
+      const ticked = new Set(boxes().filter((b) => b.checked).map((b) => b.value));
+      rows.innerHTML = await response.text(); // server-rendered and escaped, like the first page
+      boxes().forEach((b) => { b.checked = ticked.has(b.value); });
+      refresh();
+    }, 200);
+  }
+
+  function apply(event) {
+    const row = rows.querySelector(`tr[data-job-id="${event.job_id}"]`);
+    if (!row || event.status === "Deleted" || (filter && filter !== event.status)) {
+      if (row && event.status === "Deleted") row.remove();
+      reloadRows();
+      return;
+    }
+    const badge = row.querySelector(".status");
+    badge.textContent = event.status;
+    badge.dataset.status = event.status;
+    row.querySelector(".status-reason").textContent = event.reason;
+  }
+
+  let delay = 1000;
+  let dropped = false;
+  function connect() {
+    const scheme = location.protocol === "https:" ? "wss" : "ws";
+    const socket = new WebSocket(`${scheme}://${location.host}/ws/jobs/`);
+    socket.addEventListener("open", () => {
+      delay = 1000;
+      state.textContent = "Live";
+      if (dropped) reloadRows(); // changes made while the socket was down
+    });
+    socket.addEventListener("message", (e) => {
+      const event = JSON.parse(e.data);
+      if (event.type === "job.status" || event.type === "job.reason") apply(event);
+    });
+    socket.addEventListener("close", (e) => {
+      if (e.code === 4401) { state.textContent = "Not live: log in again"; return; }
+      dropped = true;
+      state.textContent = "Reconnecting…";
+      setTimeout(connect, delay);
+      delay = Math.min(delay * 2, 30000);
+    });
+  }
+  connect();
 })();

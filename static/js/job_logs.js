@@ -8,6 +8,9 @@
   const state = document.getElementById("log-state");
   const download = document.getElementById("log-download");
   const MAX_LINES = 20000;
+  // an ended job gets no new lines: its tab must not say "Live"
+  let ended = meta.ended ? meta.status : "";
+  const connectedText = () => (ended ? `Job ${ended}: every stored line is shown; no new lines will arrive` : "Live");
   const seen = new Set();
   const lines = []; // {key, stream, ts, text}
   let delay = 1000;
@@ -67,7 +70,7 @@
   function connect() {
     const scheme = location.protocol === "https:" ? "wss" : "ws";
     const socket = new WebSocket(`${scheme}://${location.host}/ws/jobs/${meta.id}/logs/`);
-    socket.addEventListener("open", () => { delay = 1000; state.textContent = "Live"; });
+    socket.addEventListener("open", () => { delay = 1000; state.textContent = connectedText(); });
     socket.addEventListener("message", (e) => {
       const event = JSON.parse(e.data);
       if (event.type === "log.backlog") {
@@ -86,5 +89,11 @@
       delay = Math.min(delay * 2, 30000);
     });
   }
+  document.addEventListener("job-event", (e) => {
+    const event = e.detail;
+    if (event.type !== "job.status" || !meta.terminal_statuses.includes(event.status)) return;
+    ended = event.status;
+    if (state.textContent === "Live") state.textContent = connectedText();
+  });
   connect();
 })();

@@ -4,6 +4,8 @@
 (function () {
   const panel = document.querySelector('[data-panel="monitoring"]');
   const meta = JSON.parse(document.getElementById("metrics-meta").textContent);
+  const job = JSON.parse(document.getElementById("job-meta").textContent);
+  let ended = job.ended ? job.status : ""; // an ended job's charts are not "Live"
   const catalogue = {};
   JSON.parse(document.getElementById("metric-catalogue").textContent).forEach((m) => { catalogue[m.name] = m; });
   const OVERVIEW = ["GPUUtilization", "GPUMemoryUsed", "GPUTemperature", "GPUPowerDraw", "TrainingLoss", "TrainingLearningRate"];
@@ -42,9 +44,11 @@
   }
   function rangeNow() {
     if (view.start !== null) return [view.start, view.end];
-    const end = Date.now() / 1000;
+    // an ended job's range ends when it ended, so a job that finished yesterday still shows its run
+    const end = job.ended_at ? Math.min(Date.now() / 1000, job.ended_at + 60) : Date.now() / 1000;
     return [end - view.range, end];
   }
+  const emptyText = () => (view.start === null && !ended ? "No data yet" : "No data in this range");
 
   const chartPeriod = (metric) => (charts[metric] ? charts[metric].period : periodFor(view.range));
 
@@ -56,15 +60,23 @@
   function layout(metric, empty) {
     const info = catalogue[metric];
     const unit = UNITS[info.unit] ?? info.unit;
+    // without points plotly would still draw "00:00:00" on every tick and a "0" that collides
+    // with them: an empty chart shows only its title and what is missing
+    const axes = empty
+      ? { xaxis: { visible: false }, yaxis: { visible: false } }
+      : {
+        // times without the date line plotly adds under the first tick (it collides with the y axis)
+        // labels a little below the axis, so the first time is not drawn into the y axis's "0"
+        xaxis: { type: "date", showgrid: false, ticklabelstandoff: 8, tickformat: view.range > 86400 ? "%b %d %H:%M" : chartPeriod(metric) < 60 ? "%H:%M:%S" : "%H:%M" },
+        yaxis: { rangemode: "tozero", zeroline: false, gridcolor: "#eef1f6", exponentformat: info.unit === "None" ? "e" : "SI" },
+      };
     return {
       title: { text: `${info.label}${unit ? ` (${unit})` : ""} · ${statisticOf(metric)}`, font: { size: 14 }, x: 0.02 },
       margin: { l: 56, r: 16, t: 40, b: 36 }, height: 260, showlegend: true,
       legend: { orientation: "h", y: -0.18, font: { size: 11 } },
-      // times without the date line plotly adds under the first tick (it collides with the y axis)
-      xaxis: { type: "date", showgrid: false, tickformat: view.range > 86400 ? "%b %d %H:%M" : chartPeriod(metric) < 60 ? "%H:%M:%S" : "%H:%M" },
-      yaxis: { rangemode: "tozero", zeroline: false, gridcolor: "#eef1f6", exponentformat: info.unit === "None" ? "e" : "SI" },
+      ...axes,
       uirevision: `${metric}/${view.device}`, // keep the user's zoom across live updates
-      annotations: empty ? [{ text: "No data in this range", showarrow: false, xref: "paper", yref: "paper", x: 0.5, y: 0.5, font: { color: "#6b7587" } }] : [],
+      annotations: empty ? [{ text: emptyText(), showarrow: false, xref: "paper", yref: "paper", x: 0.5, y: 0.5, font: { color: "#6b7587", size: 14 } }] : [],
     };
   }
 
@@ -79,8 +91,16 @@
 
   function draw(chart) {
     const data = traces(chart);
-    window.Plotly.react(chart.div, data, layout(chart.metric, data.length === 0), { displaylogo: false, responsive: true });
+    const spec = layout(chart.metric, data.length === 0);
+    const times = Array.from(chart.lines.values()).flatMap((line) => line.t);
+    if (times.length && Math.min(...times) === Math.max(...times)) {
+      // one moment only: plotly would zoom into a second and print it on every tick
+      const pad = Math.max(chart.period * 6, 60);
+      spec.xaxis.range = [localTime(times[0] - pad), localTime(times[0] + pad)];
+    }
+    window.Plotly.react(chart.div, data, spec, { displaylogo: false, responsive: true });
     chart.div.dataset.points = String(data.reduce((sum, trace) => sum + trace.x.length, 0));
+    chart.div.dataset.empty = String(data.length === 0);
   }
 
   function addDevice(dims) {
@@ -142,13 +162,19 @@
         });
         draw(chart);
       });
-      el("metrics-state").textContent = view.start === null ? `Live · ${period >= 60 ? period / 60 + " min" : period + " s"} per point` : `${period >= 60 ? period / 60 + " min" : period + " s"} per point`;
+      showState(period);
     } catch (error) {
       if (mine !== generation) return;
       el("metrics-error").textContent = `Metrics could not be loaded: ${error.message}`;
       el("metrics-error").hidden = false;
       el("metrics-state").textContent = "";
     }
+  }
+
+  function showState(period) {
+    const perPoint = `${period >= 60 ? period / 60 + " min" : period + " s"} per point`;
+    if (ended) el("metrics-state").textContent = `${perPoint} · job ${ended}, no new samples`;
+    else el("metrics-state").textContent = view.start === null ? `Live · ${perPoint}` : perPoint;
   }
 
   // -- live samples: merged into the period they fall in, exactly as the server would -------------
@@ -191,6 +217,12 @@
 
   document.addEventListener("job-event", (e) => {
     const event = e.detail;
+    if (event.type === "job.status" && job.terminal_statuses.includes(event.status)) {
+      ended = event.status;
+      const chart = Object.values(charts)[0];
+      if (chart) showState(chart.period);
+      return;
+    }
     if (event.type !== "job.metrics" || view.start !== null || !Object.keys(charts).length || !window.Plotly) return;
     const changed = new Set();
     event.samples.forEach(([metric, ts, value, dims]) => {

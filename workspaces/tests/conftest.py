@@ -17,6 +17,7 @@ from jobs.tests.conftest import (  # noqa: F401  (fixtures shared with the jobs 
     bob_client,
     fast_password_hashing,
     make_job,
+    object_storage_settings,
     staff,
     staff_client,
 )

@@ -89,6 +89,40 @@ def test_a_failover_charges_neither_the_redone_work_nor_the_wait(alice, alice_cl
     assert "600 s (2.67 GPU-h)" in page and "300 s (no node held)" in page
 
 
+def test_the_api_gives_a_jobs_cost_and_its_breakdown_as_the_page_does(alice, alice_api, alice_client, db):
+    nodes = [make_node(f"gpu-0{i}") for i in range(1, 5)]
+    job = create_job(alice, gpus_per_node=8, memory_gb=2048, node_count=2, failover_enabled=True)
+    attempt(job, 1, nodes[:2], 0, 60)
+    attempt(job, 2, nodes[2:], 65, 125, kind="failover", lost=900)
+
+    cost = alice_api.get(f"/api/v1/training-jobs/{job.pk}/").json()["cost"]
+
+    assert cost == {
+        "currency": "USD", "plan": "on_demand", "price_per_gpu_hour": "3.1000",
+        "amount": "90.93", "credited": "8.27",
+        "run_gpu_hours": "32.0000", "charged_gpu_hours": "29.3333", "lost_gpu_hours": "2.6667",
+        "attempts": [
+            {"number": 1, "kind": "initial", "run_gpu_hours": "16.0000", "lost_gpu_hours": "2.6667",
+             "charged_gpu_hours": "13.3333", "lost_seconds": 600.0, "waited_seconds": 300.0, "amount": "41.33"},
+            {"number": 2, "kind": "failover", "run_gpu_hours": "16.0000", "lost_gpu_hours": "0.0000",
+             "charged_gpu_hours": "16.0000", "lost_seconds": 0.0, "waited_seconds": 0.0, "amount": "49.60"},
+        ],
+    }
+    page = alice_client.get(f"/jobs/{job.pk}/").content.decode()
+    assert re.search(r'id="job-cost">\$90\.93 ', page)  # the page and the API agree
+    assert alice_api.get("/api/v1/training-jobs/").json()["results"][0]["cost"]["amount"] == "90.93"
+
+
+@pytest.mark.parametrize("count", [2, 12])
+def test_the_api_list_with_costs_makes_the_same_queries_for_2_and_12_jobs(alice, alice_api, two_nodes, django_assert_num_queries, count):
+    for i in range(count):
+        attempt(create_job(alice, name=f"run-{i}"), 1, two_nodes[:1], 0, 30)
+    alice_api.get("/api/v1/training-jobs/")
+    # token, count, jobs (with server type, workspace, billing), tags, history, attempts, their placements
+    with django_assert_num_queries(7):
+        assert alice_api.get("/api/v1/training-jobs/").json()["count"] == count
+
+
 def test_a_spot_interruption_is_charged_at_the_spot_price_without_the_lost_work(alice, two_nodes):
     job = create_job(alice, learning_type="spot", gpus_per_node=8, memory_gb=2048)
     attempt(job, 1, two_nodes[:1], 0, 40)

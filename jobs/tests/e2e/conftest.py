@@ -49,12 +49,9 @@ def stack(django_db_setup, django_db_blocker, object_store, tmp_path_factory):
 
 
 @pytest.fixture
-def e2e_settings(settings, object_store):
+def e2e_settings(object_storage_settings):
     """The test process reads and writes the same object storage as the stack."""
-    settings.S3_ENDPOINT_URL = object_store.endpoint
-    settings.S3_ACCESS_KEY = object_store.access_key
-    settings.S3_SECRET_KEY = object_store.secret_key
-    return settings
+    return object_storage_settings
 
 
 @pytest.fixture

@@ -1,0 +1,208 @@
+"""The console a user trusts, in a real browser on a real daphne (WebSockets through Redis):
+the live job list, an ended job's tabs, empty charts, Spot vs Job Failover in the form, and
+the error pages. One Chromium for the module; screenshots go to docs/screenshots.
+
+A missing Playwright or Chromium fails these tests: they are not skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from django.conf import settings
+from django.db import connections
+from playwright.sync_api import expect, sync_playwright
+
+from jobs import actions, console_log
+from jobs.choices import JobStatus
+from monitoring import metrics_ingest
+
+from .helpers import create_job
+from .test_logs_live import CHROMIUM_ARGS, session_cookie
+
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # Playwright's sync API runs an event loop
+pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
+
+SCREENSHOTS = settings.BASE_DIR / "docs" / "screenshots"
+SPOT_FAILOVER = "Spot Training cannot be used with Job Failover"
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    """One headless Chromium for every test of the module (Debian's, never a downloaded one)."""
+    serialized = connections["default"]._test_serialized_contents
+    with sync_playwright() as playwright:
+        # While Playwright's loop runs, Django hands this thread other connection objects
+        # (asgiref.local); the later tests' serialized rollback (which restores the seeded
+        # server types) reads the test database's contents from them.
+        connections["default"]._test_serialized_contents = serialized
+        browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+        connections.close_all()  # the ORM's connection of Playwright's loop, before the database goes
+
+
+@pytest.fixture
+def page(chromium, stack, alice):
+    """Alice's logged-in tab; every page error and console error is kept for the assertions."""
+    context = chromium.new_context(viewport={"width": 1360, "height": 900})
+    context.add_cookies([session_cookie(alice, stack.url)])
+    tab = context.new_page()
+    tab.set_default_timeout(15_000)
+    tab.problems = []
+    tab.on("pageerror", lambda exc: tab.problems.append(f"page error: {exc}"))
+    tab.on("console", lambda msg: tab.problems.append(f"console: {msg.text} {msg.location.get('url')}") if msg.type == "error" else None)
+    yield tab
+    context.close()
+
+
+def act(function, *args, **kwargs):
+    """Call a jobs action off this thread: Playwright's event loop runs here, and an action
+    publishes its live event with async_to_sync, which refuses to run inside a loop."""
+    def call():
+        try:
+            return function(*args, **kwargs)
+        finally:
+            connections.close_all()
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(call).result()
+
+
+def row(page, name: str):
+    return page.locator("#job-rows tr", has_text=name)
+
+
+def test_the_job_list_follows_jobs_without_reloading(alice, stack, page):
+    earlier = act(create_job, alice, "finished-run", "echo done")
+    for status, reason in [(JobStatus.CREATING, "Attempt 1 placed on gpu-07"), (JobStatus.RUNNING, "The command runs on every node"),
+                           (JobStatus.COMPLETED, "Every node's command exited with code 0")]:
+        act(actions.transition, earlier.pk, status, reason)
+    page.goto(f"{stack.url}/jobs/")
+    expect(page.locator("#list-state")).to_have_text("Live")
+    loaded = page.evaluate("performance.timeOrigin")
+
+    # a job created elsewhere (the API, another tab) appears; the scheduler's reason follows it
+    job = act(create_job, alice, "llama-live", "torchrun train.py", node_count=2)
+    expect(row(page, "llama-live").locator(".status")).to_have_text("Pending")
+    expect(row(page, "llama-live").locator(".status-reason")).to_contain_text("Waiting for 2 × g2 nodes", timeout=20_000)
+
+    # a status change and its reason, in place
+    act(actions.transition, job.pk, JobStatus.CREATING, "Attempt 1 placed on gpu-01, gpu-02; preparing the environment")
+    expect(row(page, "llama-live").locator(".status")).to_have_text("Creating")
+    expect(row(page, "llama-live").locator(".status-reason")).to_have_text("Attempt 1 placed on gpu-01, gpu-02; preparing the environment")
+    act(actions.transition, job.pk, JobStatus.RUNNING, "The command runs on every node")
+    expect(row(page, "llama-live").locator(".status")).to_have_text("Running")
+    act(create_job, alice, "bert-waiting", "python train.py")
+    expect(row(page, "bert-waiting").locator(".status-reason")).to_contain_text("Waiting for 1 × g2 node", timeout=20_000)
+    page.screenshot(path=str(SCREENSHOTS / "job-list-live.png"), full_page=True)
+
+    # a deleted job goes away
+    act(actions.transition, job.pk, JobStatus.STOPPED, "Stopped by the user")
+    act(actions.delete_job, job.pk)
+    expect(row(page, "llama-live")).to_have_count(0)
+    expect(row(page, "finished-run")).to_have_count(1)
+    assert page.evaluate("performance.timeOrigin") == loaded  # all of it without a reload
+    assert page.problems == []
+
+
+def test_an_ended_jobs_tabs_do_not_say_live(alice, stack, page):
+    job = act(create_job, alice, "ends-while-watched", "python train.py")
+    act(actions.transition, job.pk, JobStatus.CREATING, "Attempt 1 placed on gpu-01")
+    act(actions.transition, job.pk, JobStatus.RUNNING, "The command runs on every node")
+    for text in ("[INFO] Starting the command: python train.py", "step 1 loss 0.93"):
+        act(console_log.write, job.pk, "master", 1, text)
+    page.goto(f"{stack.url}/jobs/{job.pk}/?tab=logs")
+    expect(page.locator("#log-view")).to_contain_text("step 1 loss 0.93")
+    expect(page.locator("#log-state")).to_have_text("Live")
+
+    # the job ends while the page is open: the tab stops saying "Live"
+    act(actions.transition, job.pk, JobStatus.COMPLETED, "Every node's command exited with code 0")
+    expect(page.locator("#job-status")).to_have_text("Completed")
+    expect(page.locator("#log-state")).to_have_text("Job Completed: every stored line is shown; no new lines will arrive")
+    page.click(".tabs a[data-tab=monitoring]")
+    expect(page.locator("#metrics-state")).to_contain_text("job Completed, no new samples", timeout=20_000)
+
+    # and so it is when the page is opened after the end
+    page.goto(f"{stack.url}/jobs/{job.pk}/?tab=logs")
+    expect(page.locator("#log-state")).to_have_text("Job Completed: every stored line is shown; no new lines will arrive")
+    page.screenshot(path=str(SCREENSHOTS / "job-logs-completed.png"))
+    page.goto(f"{stack.url}/jobs/{job.pk}/?tab=monitoring")
+    expect(page.locator("#metrics-state")).to_contain_text("job Completed, no new samples", timeout=20_000)
+    expect(page.locator("#metrics-state")).not_to_contain_text("Live")
+    assert page.problems == []
+
+
+def test_an_empty_chart_says_no_data_yet_without_empty_axes(alice, stack, page):
+    job = act(create_job, alice, "no-samples-yet", "python train.py")
+    act(actions.transition, job.pk, JobStatus.CREATING, "Attempt 1 placed on gpu-01")
+    act(actions.transition, job.pk, JobStatus.RUNNING, "The command runs on every node")
+    page.goto(f"{stack.url}/jobs/{job.pk}/?tab=monitoring")
+
+    loss = page.locator('.chart[data-metric="TrainingLoss"]')
+    expect(loss.locator(".main-svg").first).to_be_visible(timeout=20_000)
+    expect(loss).to_have_attribute("data-empty", "true")
+    expect(loss.locator(".annotation-text")).to_have_text("No data yet")
+    assert loss.locator(".xtick, .ytick").count() == 0  # no "00:00:00" ticks, no "0" under them
+    expect(page.locator("#metrics-state")).to_contain_text("Live")
+    page.screenshot(path=str(SCREENSHOTS / "job-monitoring-empty.png"), full_page=True)
+
+    # its first sample: a point on a readable time axis (not one second printed on every tick)
+    act(metrics_ingest.store_samples, "gpu-01", metrics_ingest.parse([["TrainingLoss", time.time(), 2.5, {"job": job.pk, "stream": "master"}]]))
+    page.reload()
+    expect(loss).to_have_attribute("data-points", "1", timeout=20_000)
+    page.wait_for_function("document.querySelectorAll('[data-metric=TrainingLoss] .xtick text').length >= 2")
+    ticks = loss.locator(".xtick text").evaluate_all("texts => texts.map((t) => t.textContent)")
+    assert len(ticks) >= 2 and len(set(ticks)) == len(ticks), ticks
+    assert page.problems == []
+
+
+def test_spot_and_job_failover_exclude_each_other_in_the_form(stack, page):
+    page.goto(f"{stack.url}/jobs/create/")
+    spot = page.locator('input[name="learning_type"][value="spot"]')
+    failover = page.locator("#id_failover_enabled")
+    expect(page.locator("#spot-conflict")).to_be_hidden()
+    expect(page.locator("#failover-conflict")).to_be_hidden()
+
+    failover.check()
+    expect(spot).to_be_disabled()
+    expect(page.locator("#spot-conflict")).to_be_visible()
+    expect(page.locator("#spot-conflict")).to_have_text(SPOT_FAILOVER)
+    page.locator("#area-required").screenshot(path=str(SCREENSHOTS / "create-job-failover-disables-spot.png"))
+    failover.uncheck()
+    expect(spot).to_be_enabled()
+
+    spot.check()
+    expect(failover).to_be_disabled()
+    expect(failover).not_to_be_checked()
+    expect(page.locator("#failover-conflict")).to_be_visible()
+    expect(page.locator("#failover-conflict")).to_have_text(SPOT_FAILOVER)
+    expect(page.locator("#summary-list")).to_contain_text("Not used")
+    page.locator("#area-service").screenshot(path=str(SCREENSHOTS / "create-job-spot-disables-failover.png"))
+    page.check('input[name="learning_type"][value="on_demand"]')
+    expect(failover).to_be_enabled()
+    assert page.problems == []
+
+
+def test_error_pages_keep_the_layout_and_a_way_back(stack, page):
+    page.goto(f"{stack.url}/jobs/999999/")
+    expect(page.locator("#error-page h1")).to_have_text("Page not found")
+    expect(page.locator(".topbar")).to_contain_text("alice")
+    page.screenshot(path=str(SCREENSHOTS / "not-found.png"))
+    page.click("text=Training Jobs >> nth=-1")  # the page's own link back
+    expect(page).to_have_url(f"{stack.url}/jobs/")
+
+    page.goto(f"{stack.url}/nodes/")
+    expect(page.locator("#error-page h1")).to_have_text("Staff only")
+    expect(page.locator("#error-page")).to_contain_text("for the console's staff")
+    page.screenshot(path=str(SCREENSHOTS / "staff-only.png"))
+    page.click("#go-back")
+    expect(page).to_have_url(f"{stack.url}/jobs/")
+
+    icon = page.request.get(f"{stack.url}/favicon.ico")
+    assert icon.status == 200 and icon.headers["content-type"] == "image/x-icon"
+    # the 404 and 403 answers themselves are the only console errors: no favicon 404 anywhere
+    assert all("favicon" not in problem and ("404" in problem or "403" in problem) for problem in page.problems), page.problems
