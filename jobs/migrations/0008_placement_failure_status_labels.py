@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('jobs', '0006_trainingjob_workspace'),
+        ('jobs', '0007_capacity_ledger'),
     ]
 
     operations = [
