@@ -14,6 +14,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from console.services.daphne import daphne_command  # noqa: E402
 from console.services.objectstore import start_seaweedfs  # noqa: E402
 from console.services.ports import free_port, wait_for_port  # noqa: E402
 
@@ -49,7 +50,7 @@ class BenchStack:
         import django
 
         django.setup()
-        self._spawn([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "console.asgi:application"], "daphne")
+        self._spawn(daphne_command(self.port), "daphne")
         if self.with_workers:
             self._spawn([sys.executable, "-m", "celery", "-A", "console", "worker", "-P", "threads", "-c", "4", "-l", "warning"], "worker")
             self._spawn([sys.executable, "-m", "celery", "-A", "console", "beat", "-l", "warning", "-s", str(self.tmp / "beat")], "beat")

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from console.banner import ready_banner
+from console.services.daphne import daphne_command
 from console.services.objectstore import start_seaweedfs
 from console.services.ports import port_answers, wait_for_port
 from console.services.postgres_server import start_private_postgres
@@ -191,7 +192,7 @@ def main() -> int:
         # kept for the final box: printed here it would scroll away among the start-up lines
         admin_note = subprocess.run([python, "manage.py", "ensure_admin"], cwd=ROOT, env=env, check=True,
                                     capture_output=True, text=True).stdout
-        sup.start("daphne", [python, "-m", "daphne", "-b", "127.0.0.1", "-p", port, "console.asgi:application"], env)
+        sup.start("daphne", daphne_command(port), env)
         # at "info" both log every 5-second tick, and the final box scrolls away within a minute
         celery_level = env.get("CELERY_LOG_LEVEL", "warning")
         sup.start("celery-worker", [python, "-m", "celery", "-A", "console", "worker", "-l", celery_level, "--concurrency", "2"], env)

@@ -160,6 +160,9 @@ JOBS_PAGE_SIZE = env_int("JOBS_PAGE_SIZE", 20, minimum=1)
 
 # Nodes: a node without a heartbeat for this long is Lost; agents beat every few seconds.
 NODE_LOST_AFTER_SECONDS = env_int("NODE_LOST_AFTER_SECONDS", 30, minimum=5)
+# an agent cut off from the console keeps its jobs running this long before it stops them
+# (jobs.nodes.fence_after_seconds): outages of the console or its stores up to it cost nothing
+NODE_FENCE_AFTER_SECONDS = env_int("NODE_FENCE_AFTER_SECONDS", 300, minimum=10)
 # SIGTERM → this many seconds → SIGKILL when a job is stopped or deleted
 JOB_STOP_GRACE_SECONDS = env_int("JOB_STOP_GRACE_SECONDS", 30, minimum=0)
 # how often beat runs the scheduler and the heartbeat watchdog (seconds)

@@ -4,7 +4,16 @@ from django.contrib import admin, messages
 from django.utils import timezone
 
 from . import nodes
-from .models import HardwareEvent, JobAttempt, Node, NodeGPU, NodeToken, Placement
+from .models import (
+    ConsoleListening,
+    HardwareEvent,
+    JobAttempt,
+    Node,
+    NodeGPU,
+    NodeToken,
+    Placement,
+    RejectedAgentMessage,
+)
 
 
 class NodeGPUInline(admin.TabularInline):
@@ -111,3 +120,35 @@ class HardwareEventAdmin(admin.ModelAdmin):
     search_fields = ["node__name", "detail"]
     list_select_related = ["node"]
     date_hierarchy = "occurred_at"
+
+
+@admin.register(RejectedAgentMessage)
+class RejectedAgentMessageAdmin(admin.ModelAdmin):
+    """What agents sent that the console refused: malformed, out of range, or not theirs to write."""
+
+    list_display = ["received_at", "node_name", "msg_type", "msg_id", "reason"]
+    list_filter = ["msg_type", "node_name"]
+    search_fields = ["node_name", "reason", "body"]
+    date_hierarchy = "received_at"
+    readonly_fields = [f.name for f in RejectedAgentMessage._meta.fields]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+
+@admin.register(ConsoleListening)
+class ConsoleListeningAdmin(admin.ModelAdmin):
+    """Since when the console has processed heartbeats without a gap (the watchdog's proof)."""
+
+    list_display = ["listening_since", "alive_at"]
+    search_fields = ["listening_since"]
+    readonly_fields = ["listening_since", "alive_at"]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False

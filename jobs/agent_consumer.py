@@ -1,24 +1,44 @@
 """The console's end of a node agent's WebSocket (protocol in nodeagent.protocol).
 
-Thin: it decodes messages and calls jobs.nodes / jobs.lifecycle / monitoring.ingest.
-Messages are handled one at a time per connection, in order, so `ack` can be cumulative.
+Thin: it checks each message against the protocol (nodeagent.protocol_checks) and calls
+jobs.nodes / jobs.lifecycle / monitoring.ingest. Messages are handled one at a time per
+connection, in order, so `ack` can be cumulative. What can go wrong with one message stays with
+that message:
+
+- malformed, out of range, or a write this node may not make: refused — an `error` naming it,
+  then `ack` (the agent drops it), and a copy for staff (RejectedAgentMessage); never a 1011;
+- the console's database is away: `error` with `retry` and close 1013, nothing acknowledged —
+  the agent keeps its messages and its jobs, and reconnects later.
+
+One connection per node: a hello opens a new session of the node and the older connection (if
+any) is closed with 4409.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import time
+from typing import Any
 
-from channels.db import database_sync_to_async
-from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from channels.exceptions import StopConsumer
+from channels.generic.websocket import AsyncWebsocketConsumer
+from redis.exceptions import RedisError
 
 from monitoring import ingest, metrics_ingest
 from nodeagent import protocol
+from nodeagent.protocol_checks import Invalid, acknowledgeable, check
 
 from . import lifecycle, nodes
+from .agent_db import OUTAGE_ERRORS, agent_db
+from .agent_writes import RefusedWrite
+from .heartbeats import BOOK
+from .models import RejectedAgentMessage
 from .notify import node_group
 
 log = logging.getLogger(__name__)
 RESYNC_EVERY_HEARTBEATS = 5
+MAX_KEPT_BODY = 65_536
 
 
 def _bearer_token(scope) -> str:
@@ -29,80 +49,162 @@ def _bearer_token(scope) -> str:
     return ""
 
 
-class AgentConsumer(AsyncJsonWebsocketConsumer):
+def _reject_row(node_id: int | None, node_name: str, message: Any, raw: str, reason: str) -> None:
+    kind = message.get("type") if isinstance(message, dict) else None
+    RejectedAgentMessage.objects.create(
+        node_id=node_id, node_name=node_name[:63], msg_type=str(kind or "")[:40], msg_id=acknowledgeable(message),
+        reason=reason[:500], body=raw[:MAX_KEPT_BODY],
+    )
+
+
+class AgentConsumer(AsyncWebsocketConsumer):
     node_id: int | None = None
+    session = 0
     token = None
+    in_group = False
+    clock_offset = 0.0  # console time − agent time, measured at hello
 
     async def connect(self) -> None:
         # accept first so a refusal can carry a readable message before the close
         await self.accept()
+        self.beats = 0
         try:
-            self.token = await database_sync_to_async(nodes.authenticate)(_bearer_token(self.scope))
+            self.token = await agent_db(nodes.authenticate)(_bearer_token(self.scope))
         except nodes.AgentRefused as refused:
             await self._refuse(str(refused))
-        self.beats = 0
+        except OUTAGE_ERRORS:
+            await self._degraded("the console cannot reach its database")
 
     async def _refuse(self, message: str) -> None:
         await self.send_json(protocol.Error(type="error", message=message))
         await self.close(code=protocol.CLOSE_BAD_TOKEN)
 
-    async def disconnect(self, code: int) -> None:
-        if self.node_id is not None:
-            await self.channel_layer.group_discard(node_group(self.node_id), self.channel_name)
-            await database_sync_to_async(nodes.disconnected)(self.node_id)
+    async def _degraded(self, why: str) -> None:
+        """The console is up but cannot serve: the agent keeps everything and comes back later."""
+        log.warning("agent connection of node %s: %s; asked it to retry", self.node_id, why)
+        await self.send_json(protocol.Error(type="error", message=f"{why}; keep running and retry", retry=True))
+        await self.close(code=protocol.CLOSE_TRY_AGAIN)
 
-    async def receive_json(self, content: dict, **kwargs) -> None:
+    async def send_json(self, content: dict) -> None:
+        await self.send(text_data=json.dumps(content))
+
+    async def disconnect(self, code: int) -> None:
+        if self.node_id is None:
+            return
+        BOOK.forget(self.node_id, self.session)
+        try:  # bookkeeping first: a failure of Redis below must not leave the node "connected"
+            await agent_db(nodes.disconnected)(self.node_id, self.session)
+        except Exception:
+            log.warning("could not mark node %s disconnected", self.node_id, exc_info=True)
+        if self.in_group:
+            try:
+                await self.channel_layer.group_discard(node_group(self.node_id), self.channel_name)
+            except RedisError:
+                log.warning("could not leave node %s's group (Redis)", self.node_id)
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         if self.token is None:
             return
-        kind = content.get("type")
+        raw = text_data if text_data is not None else ""
+        message: Any = None
+        try:
+            if bytes_data is not None:
+                raise Invalid("binary frames are not part of the agent protocol")
+            message = json.loads(raw)
+            check(message)
+        except (ValueError, RecursionError) as exc:  # Invalid, or not JSON at all
+            await self._reject(message, raw or repr(bytes_data)[:MAX_KEPT_BODY], f"malformed message: {exc}")
+            return
+        try:
+            await self._handle(message)
+        except RefusedWrite as refused:
+            await self._reject(message, raw, str(refused))
+        except StopConsumer:
+            raise
+        except OUTAGE_ERRORS:
+            await self._degraded("the console cannot reach its database")
+        except Exception as exc:  # a message this console cannot store must not jam the node
+            log.exception("could not handle a %s message of node %s", message.get("type"), self.node_id)
+            await self._reject(message, raw, f"the console could not store this message ({type(exc).__name__}: {exc})")
+
+    async def _reject(self, message: Any, raw: str, reason: str) -> None:
+        msg_id = acknowledgeable(message)
+        log.warning("refused a message of node %s (msg_id %s): %s", self.node_id or self.token, msg_id, reason[:300])
+        error = protocol.Error(type="error", message=reason)
+        if msg_id is not None:
+            error["msg_id"] = msg_id
+        await self.send_json(error)
+        try:
+            await agent_db(_reject_row)(self.node_id, getattr(self.token, "name", ""), message, raw, reason)
+        except Exception:
+            log.warning("could not keep the refused message for staff", exc_info=True)
+        if msg_id is not None and self.node_id is not None:
+            await self.send_json(protocol.Ack(type="ack", upto=msg_id))
+
+    async def _handle(self, message: dict) -> None:
+        kind = message["type"]
         if kind == "hello":
-            await self._hello(content)
-        elif self.node_id is None:
+            await self._hello(message)
+            return
+        if self.node_id is None:
             await self._refuse("the first message must be hello")
-        elif kind == "heartbeat":
-            await self._heartbeat()
-        elif kind == "logs":
-            # off the shared DB thread: batches from many agents are stored in parallel
-            await database_sync_to_async(ingest.store_batch, thread_sensitive=False)(content)
-            await self.send_json(protocol.Ack(type="ack", upto=content["msg_id"]))
+            return
+        if kind == "heartbeat":
+            await self._heartbeat(message)
+            return
+        if kind == "logs":
+            await agent_db(ingest.store_batch)(message, self.node_id)
         elif kind == "attempt":
-            await self._attempt(content)
+            await self._attempt(message)
         elif kind == "metrics":
-            # like logs: off the shared DB thread, stored once, then acknowledged
-            await database_sync_to_async(metrics_ingest.store_metrics, thread_sensitive=False)(self.node_id, content)
-            await self.send_json(protocol.Ack(type="ack", upto=content["msg_id"]))
+            await agent_db(metrics_ingest.store_metrics)(self.node_id, message)
         elif kind == "fault":
-            await database_sync_to_async(nodes.record_fault)(self.node_id, content)
-            await self.send_json(protocol.Ack(type="ack", upto=content["msg_id"]))
+            await agent_db(nodes.record_fault)(self.node_id, message)
         elif kind == "checkpoint":
-            await database_sync_to_async(lifecycle.record_checkpoint)(
-                content["job_id"], content["attempt"], int(content["step"]), content.get("url", ""),
+            await agent_db(lifecycle.record_checkpoint)(
+                message["job_id"], message["attempt"], message["step"], message["url"], self.node_id, message["role"],
             )
-            await self.send_json(protocol.Ack(type="ack", upto=content["msg_id"]))
-        else:
-            log.warning("node %s sent an unknown message type %r", self.node_id, kind)
+        await self.send_json(protocol.Ack(type="ack", upto=message["msg_id"]))
 
     async def _hello(self, hello: protocol.Hello) -> None:
         try:
-            node = await database_sync_to_async(nodes.register)(self.token, hello["node"])
+            node = await agent_db(nodes.register)(self.token, hello["node"])
         except nodes.AgentRefused as refused:
             await self._refuse(str(refused))
             return
-        except (KeyError, TypeError) as exc:
-            await self._refuse(f"malformed hello: missing {exc}")
-            return
-        self.node_id = node.pk
-        await self.channel_layer.group_add(node_group(node.pk), self.channel_name)
+        self.node_id, self.session = node.pk, node.session
+        if hello.get("sent_at") is not None:
+            self.clock_offset = time.time() - float(hello["sent_at"])
+        BOOK.ensure_running()
+        BOOK.watch(node.pk, node.session, self._superseded)
+        await self._join_group(announce=True)
         await self.send_json(protocol.Welcome(
             type="welcome", node_id=node.pk, heartbeat_interval=protocol.HEARTBEAT_INTERVAL,
-            object_storage=await database_sync_to_async(nodes.object_storage_settings)(),
+            object_storage=await agent_db(nodes.object_storage_settings)(),
             fence_after_seconds=nodes.fence_after_seconds(),
         ))
         await self._send_desired()
 
-    async def _heartbeat(self) -> None:
-        await database_sync_to_async(nodes.heartbeat)(self.node_id)
+    async def _join_group(self, announce: bool = False) -> None:
+        """Join the node's group (pushed desired-state changes); first tell an older connection
+        of the node to close. Without Redis the node still works: it re-reads its desired state
+        with every few heartbeats, and joins when Redis is back."""
+        try:
+            if announce:
+                await self.channel_layer.group_send(
+                    node_group(self.node_id), {"type": "node.superseded", "session": self.session},
+                )
+            await self.channel_layer.group_add(node_group(self.node_id), self.channel_name)
+            self.in_group = True
+        except RedisError:
+            log.warning("node %s registered without Redis; it will join its group later", self.node_id)
+
+    async def _heartbeat(self, beat: protocol.Heartbeat) -> None:
+        sent = beat.get("sent_at")
+        BOOK.beat(self.node_id, self.session, float(sent) + self.clock_offset if sent is not None else time.time())
         self.beats += 1
+        if not self.in_group:
+            await self._join_group()
         if self.beats % RESYNC_EVERY_HEARTBEATS == 0:
             # level-triggered: a desired-state message lost in a disconnect heals itself
             await self._send_desired()
@@ -112,19 +214,28 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
             job_id=message["job_id"], attempt=message["attempt"], role=message["role"], state=message["state"],
             exit_code=message.get("exit_code"), signal=message.get("signal"),
             output_url=message.get("output_url", ""), message=message.get("message", ""),
-            image_error=bool(message.get("image_error")), failure=str(message.get("failure") or ""),
+            image_error=bool(message.get("image_error")), failure=message.get("failure", ""),
         )
-        outcome = await database_sync_to_async(lifecycle.record_placement)(report, self.node_id)
+        outcome = await agent_db(lifecycle.record_placement)(report, self.node_id)
         if outcome == "stale":
             log.info("ignored %s of superseded attempt %s/%s", message["state"], message["job_id"], message["attempt"])
-        await self.send_json(protocol.Ack(type="ack", upto=message["msg_id"]))
 
     async def _send_desired(self) -> None:
-        placements = await database_sync_to_async(nodes.desired_placements)(self.node_id)
+        placements = await agent_db(nodes.desired_placements)(self.node_id)
         await self.send_json(protocol.Desired(type="desired", placements=placements))
+
+    async def _superseded(self) -> None:
+        await self.send_json(protocol.Error(
+            type="error", message="another connection of this node replaced this one (is a second agent running with its token?)",
+        ))
+        await self.close(code=protocol.CLOSE_SUPERSEDED)
 
     async def node_sync(self, event: dict) -> None:
         await self._send_desired()
+
+    async def node_superseded(self, event: dict) -> None:
+        if event.get("session", 0) > self.session:
+            await self._superseded()
 
     async def node_inject(self, event: dict) -> None:
         await self.send_json(event["message"])

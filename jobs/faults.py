@@ -18,6 +18,7 @@ CONTAINED_XIDS = frozenset({94})  # contained memory error: retry, counted
 DEGRADING_XIDS = frozenset({63, 92})  # pending remap / high single-bit rate: drain once idle
 APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68, 109})  # caused by the program, not the GPU
 
+# in a job's output these only ask for a recheck of the agent's evidence (see classify)
 HARDWARE_LOG_PATTERNS = (re.compile(r"uncorrectable ECC error encountered", re.I),)
 # A rank that lost its peers fails with one of these; the peer's node decides who is to blame.
 PEER_FAILURE_PATTERNS = (
@@ -111,11 +112,14 @@ def classify(evidence: ExitEvidence) -> Decision:
     if faults:
         return Decision(Verdict.HARDWARE, "hardware fault: " + "; ".join(e.describe() for e in faults),
                         tuple(e.describe() for e in faults))
-    for line in evidence.log_tail:
-        if any(p.search(line) for p in HARDWARE_LOG_PATTERNS):
-            return Decision(Verdict.HARDWARE, "hardware fault: the log says: " + line.strip(), (line.strip(),))
     if evidence.exit_code == 0 and not evidence.signal:
         return Decision(Verdict.SUCCESS, "exited with code 0")
+    # the job's own output is the user's to write: it can ask for a second look at the agent's
+    # evidence (NVML/XID events), never make a hardware verdict — or cordon a shared node
+    for line in evidence.log_tail:
+        if any(p.search(line) for p in HARDWARE_LOG_PATTERNS):
+            return Decision(Verdict.AMBIGUOUS, "the job's output mentions a GPU error; checking the agent's hardware evidence",
+                            (line.strip()[:200],))
     if evidence.peers_down:
         return Decision(Verdict.INFRA, f"node {', '.join(evidence.peers_down)} of this job stopped answering")
     if any(p.search(line) for line in evidence.log_tail for p in PEER_FAILURE_PATTERNS):

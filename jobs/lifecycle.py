@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from nodeagent.protocol import stream_role
 
-from . import actions, console_log, failover
+from . import actions, agent_writes, console_log, failover
 from .choices import JobStatus
 from .models import JobAttempt, Node, Placement, PlacementState, TrainingJob
 from .models.attempts import HOLDING_STATES, AttemptKind
@@ -92,7 +92,8 @@ class PlacementReport:
 
 @transaction.atomic
 def record_placement(report: PlacementReport, node_id: int) -> str:
-    """Apply an agent's report; returns "stale" when the attempt is no longer current (fenced)."""
+    """Apply an agent's report; returns "stale" when the attempt is no longer current (fenced).
+    Raises agent_writes.RefusedWrite for a placement that is not this node's."""
     job = TrainingJob.objects.select_for_update().filter(pk=report.job_id).first()
     if job is None or job.current_attempt != report.attempt:
         return "stale"
@@ -101,7 +102,10 @@ def record_placement(report: PlacementReport, node_id: int) -> str:
         .filter(attempt__job=job, attempt__number=report.attempt, role=report.role, node_id=node_id)
         .first()
     )
-    if placement is None or placement.state not in HOLDING_STATES:
+    if placement is None:
+        agent_writes.placement_target(node_id, report.job_id, report.attempt, report.role)  # raises when foreign
+        return "stale"
+    if placement.state not in HOLDING_STATES:
         return "stale"
     now = timezone.now()
     if report.state in (PlacementState.PREPARING, PlacementState.RUNNING):
@@ -175,8 +179,13 @@ def _after_exit(job: TrainingJob, placement: Placement, report: PlacementReport)
 
 
 @transaction.atomic
-def record_checkpoint(job_id: int, attempt: int, step: int, url: str) -> str:
-    """A checkpoint commit from an agent; only the current attempt may move it (fencing)."""
+def record_checkpoint(job_id: int, attempt: int, step: int, url: str, node_id: int, role: str) -> str:
+    """A checkpoint commit from node `node_id`'s placement `role`; only the current attempt may
+    move it (fencing), and only a node that runs it, under the job's checkpoint prefix."""
+    target = agent_writes.placement_target(node_id, job_id, attempt, role)
+    if target is None or not target.current:
+        return "stale"
+    agent_writes.check_checkpoint_url(job_id, url)
     job = TrainingJob.objects.select_for_update().filter(pk=job_id).first()
     if job is None or job.current_attempt != attempt:
         return "stale"

@@ -3,18 +3,30 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
-from django.db import transaction
-from django.db.models import Q
+from django.db import connection, transaction
+from django.db.models import F, Q
 from django.utils import timezone
 
 from nodeagent import protocol
+from nodeagent.protocol_checks import MAX_INT, MAX_SMALLINT
 
 from . import actions, failover, policy
 from .choices import JobStatus
-from .models import HardwareEvent, Node, NodeGPU, NodeToken, Placement, PlacementState, ServerType, TrainingJob
+from .models import (
+    ConsoleListening,
+    HardwareEvent,
+    Node,
+    NodeGPU,
+    NodeToken,
+    Placement,
+    PlacementState,
+    ServerType,
+    TrainingJob,
+)
 from .models.attempts import HOLDING_STATES
 from .models.nodes import hash_token
 from .notify import node_group, schedule_on_commit
@@ -40,7 +52,8 @@ def authenticate(token: str) -> NodeToken:
 
 @transaction.atomic
 def register(token: NodeToken, info: protocol.NodeInfo) -> Node:
-    """Create or update the node from its hello; it is connected and alive again."""
+    """Create or update the node from its hello; it is connected and alive again, under a new
+    session: a connection of an older session can no longer act for it (jobs.agent_consumer)."""
     if info["name"] != token.name:
         raise AgentRefused(f"this token registers node {token.name!r}, not {info['name']!r}")
     server_type = ServerType.objects.filter(name=info["server_type"]).first()
@@ -53,28 +66,78 @@ def register(token: NodeToken, info: protocol.NodeInfo) -> Node:
         defaults={
             "server_type": server_type, "address": info["address"], "cpus": info["cpus"],
             "memory_gb": info["memory_gb"], "runtime": info["runtime"], "agent_version": info["agent_version"],
-            "connected": True, "lost": False, "last_heartbeat_at": now,
+            "connected": True, "lost": False, "last_heartbeat_at": now, "last_sent_at": now,
         },
     )
-    seen = set()
-    for gpu in info["gpus"]:
-        seen.add(gpu["index"])
-        NodeGPU.objects.update_or_create(
-            node=node, index=gpu["index"],
-            defaults={"uuid": gpu["uuid"], "model": gpu["model"], "memory_gb": gpu["memory_gb"]},
-        )
-    NodeGPU.objects.filter(node=node).exclude(index__in=seen).delete()
+    Node.objects.filter(pk=node.pk).update(session=F("session") + 1)
+    node.refresh_from_db(fields=["session"])
+    # one statement for every GPU, whatever their number
+    NodeGPU.objects.bulk_create(
+        [NodeGPU(node=node, index=g["index"], uuid=g["uuid"], model=g["model"], memory_gb=g["memory_gb"]) for g in info["gpus"]],
+        update_conflicts=True, unique_fields=["node", "index"], update_fields=["uuid", "model", "memory_gb"],
+    )
+    NodeGPU.objects.filter(node=node).exclude(index__in=[g["index"] for g in info["gpus"]]).delete()
     NodeToken.objects.filter(pk=token.pk).update(last_used_at=now)
     schedule_on_commit()  # new capacity may fit a waiting job
     return node
 
 
-def heartbeat(node_id: int) -> None:
-    Node.objects.filter(pk=node_id).update(last_heartbeat_at=timezone.now(), connected=True, lost=False)
+# The console listens when its heartbeat flushers write (every FLUSH_SECONDS, jobs.heartbeats);
+# a pause longer than this means it did not (down, or its database or Redis was).
+LISTEN_GAP = timedelta(seconds=10)
 
 
-def disconnected(node_id: int) -> None:
-    Node.objects.filter(pk=node_id).update(connected=False)
+@dataclass(frozen=True)
+class Beat:
+    node_id: int
+    session: int
+    sent_at: datetime  # when the agent sent it, on the console's clock
+
+
+def record_heartbeats(beats: list[Beat], now: datetime | None = None) -> set[int]:
+    """Store processed heartbeats in one statement, and that the console is listening.
+
+    Returns the ids of nodes whose beat came from an older session (a newer connection of the
+    node replaced it): their connection must close.
+    """
+    now = now or timezone.now()
+    with connection.cursor() as cursor:
+        cursor.execute(_LISTENING_SQL, [now, now, now - LISTEN_GAP])
+        if not beats:
+            return set()
+        cursor.execute(_HEARTBEATS_SQL, [now, [b.node_id for b in beats], [b.session for b in beats], [b.sent_at for b in beats]])
+        current = {row[0] for row in cursor.fetchall()}
+    return {b.node_id for b in beats} - current
+
+
+# GREATEST skips NULL: the first beat after an upgrade sets last_sent_at
+_HEARTBEATS_SQL = f"""
+    UPDATE {Node._meta.db_table} AS n
+    SET last_heartbeat_at = %s, last_sent_at = GREATEST(b.sent_at, n.last_sent_at), connected = TRUE, lost = FALSE
+    FROM unnest(%s::bigint[], %s::bigint[], %s::timestamptz[]) AS b(node_id, session, sent_at)
+    WHERE n.id = b.node_id AND n.session = b.session
+    RETURNING n.id
+"""
+_LISTENING_SQL = f"""
+    INSERT INTO {ConsoleListening._meta.db_table} (id, alive_at, listening_since) VALUES (1, %s, %s)
+    ON CONFLICT (id) DO UPDATE SET
+        listening_since = CASE WHEN {ConsoleListening._meta.db_table}.alive_at < %s
+                               THEN EXCLUDED.alive_at ELSE {ConsoleListening._meta.db_table}.listening_since END,
+        alive_at = EXCLUDED.alive_at
+"""
+
+
+def heartbeat(node_id: int, now: datetime | None = None) -> None:
+    """One heartbeat of the node's current session, sent now (tests and tools)."""
+    now = now or timezone.now()
+    session = Node.objects.filter(pk=node_id).values_list("session", flat=True).first()
+    if session is not None:
+        record_heartbeats([Beat(node_id, session, now)], now)
+
+
+def disconnected(node_id: int, session: int) -> None:
+    """The connection of `session` closed; a newer connection of the node keeps it connected."""
+    Node.objects.filter(pk=node_id, session=session).update(connected=False)
 
 
 def desired_placements(node_id: int) -> list[protocol.Placement]:
@@ -123,8 +186,14 @@ def checkpoint_environment(job: TrainingJob) -> dict[str, str]:
 
 
 def fence_after_seconds() -> float:
-    """The agent's own deadline: well before the console's, so a cut-off node stops first."""
-    return round(settings.NODE_LOST_AFTER_SECONDS * 0.6, 1)
+    """How long an agent cut off from the console keeps its jobs running before it stops them.
+
+    Long on purpose: an outage of the console or of its database or Redis must not stop
+    training (the console declares nothing Lost while it does not listen). A node cut off from
+    a console that does listen is declared Lost after NODE_LOST_AFTER_SECONDS and its jobs move
+    on; its late messages are fenced by attempt number, and the desired state it gets when it
+    reconnects stops what it still runs. This deadline bounds how long such a node can go on."""
+    return float(settings.NODE_FENCE_AFTER_SECONDS)
 
 
 def object_storage_settings() -> protocol.ObjectStorage:
@@ -145,10 +214,24 @@ def set_cordon(node_id: int, cordoned: bool, reason: str = "") -> None:
         schedule_on_commit()
 
 
-def watch_heartbeats() -> list[str]:
-    """Declare nodes Lost after the grace period; their placements end. Returns the names."""
-    cutoff = timezone.now() - timedelta(seconds=settings.NODE_LOST_AFTER_SECONDS)
-    stale = Node.objects.filter(lost=False).filter(Q(last_heartbeat_at__lt=cutoff) | Q(last_heartbeat_at__isnull=True))
+def watch_heartbeats(now: datetime | None = None) -> list[str]:
+    """Declare nodes Lost after the grace period; their placements end. Returns the names.
+
+    Only a silence the console listened through counts: while the console (or its database or
+    Redis) is down no heartbeat is processed, so nothing is declared until it has listened again
+    for a whole grace period. A node counts from when its newest processed heartbeat was *sent*:
+    one whose messages wait longer than the grace in the console's queue is as good as cut off.
+    """
+    now = now or timezone.now()
+    grace = timedelta(seconds=settings.NODE_LOST_AFTER_SECONDS)
+    listening = ConsoleListening.objects.filter(pk=1).first()
+    if listening is None or listening.alive_at < now - LISTEN_GAP or listening.listening_since > now - grace:
+        return []
+    cutoff = now - grace
+    stale = Node.objects.filter(lost=False).filter(
+        Q(last_sent_at__lt=cutoff) | Q(last_sent_at__isnull=True, last_heartbeat_at__lt=cutoff)
+        | Q(last_sent_at__isnull=True, last_heartbeat_at__isnull=True)
+    )
     names = []
     for node in stale:
         with transaction.atomic():
@@ -200,6 +283,10 @@ def inject_fault(node_id: int, kind: str, gpu_index: int | None, xid: int | None
         raise ValueError(f"unknown fault kind {kind!r} (known: {', '.join(protocol.FAULT_KINDS)})")
     if kind == "xid" and xid is None:
         raise ValueError("an XID fault needs its XID number")
+    if xid is not None and not 1 <= xid <= MAX_INT:
+        raise ValueError(f"an XID is a number from 1 to {MAX_INT}")
+    if gpu_index is not None and not 0 <= gpu_index <= MAX_SMALLINT:
+        raise ValueError(f"a GPU index is a number from 0 to {MAX_SMALLINT}")
     message = protocol.InjectFault(type="inject_fault", gpu_index=gpu_index, kind=kind, xid=xid, detail=detail)
     async_to_sync(get_channel_layer().group_send)(node_group(node_id), {"type": "node.inject", "message": message})
 

@@ -9,24 +9,28 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import connection
 
-from jobs.models import TrainingJob
+from jobs.agent_writes import placement_target
+from nodeagent import protocol_checks
 
 from .events import LogLinesEvent, logs_group
 from .models import LogLine
 
 log = logging.getLogger(__name__)
-MAX_LINE_CHARS = 16_384  # a runaway line (progress bars without \n) must not bloat the table
+# agents split longer lines (nodeagent.logstream) and the console refuses longer ones; the cut
+# below only guards what other writers store
+MAX_LINE_CHARS = protocol_checks.MAX_LINE_CHARS
 
 
-def store_batch(batch: dict) -> int:
-    """Store a `logs` message; lines of a superseded attempt or a deleted job are dropped.
+def store_batch(batch: dict, node_id: int) -> int:
+    """Store a `logs` message of node `node_id`; lines of a superseded attempt or a deleted job
+    are dropped, lines of a job the node does not run are refused (jobs.agent_writes).
 
     Returns how many lines were offered for insert (re-sent ones are ignored by the unique key).
     """
     job_id, attempt, stream = batch["job_id"], batch["attempt"], batch["stream"]
-    current = TrainingJob.objects.filter(pk=job_id).values_list("current_attempt", flat=True).first()
-    if current is None or current != attempt:
-        log.info("dropped %d lines of job %s attempt %s (current: %s)", len(batch["lines"]), job_id, attempt, current)
+    target = placement_target(node_id, job_id, attempt, stream)
+    if target is None or not target.current:
+        log.info("dropped %d lines of job %s attempt %s (superseded or deleted)", len(batch["lines"]), job_id, attempt)
         return 0
     lines = batch["lines"]
     if connection.vendor == "postgresql":

@@ -22,6 +22,7 @@ from channels.layers import get_channel_layer
 from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 
+from jobs.agent_writes import RefusedWrite, metric_jobs
 from jobs.events import job_group
 from jobs.models import Node
 
@@ -154,8 +155,16 @@ _DIRTY_SQL = f"""
 
 # -- storing ------------------------------------------------------------------------------------
 def store_metrics(node_id: int, batch: dict) -> int:
-    """Store a `metrics` message of node `node_id`; returns how many samples were valid."""
+    """Store a `metrics` message of node `node_id`; returns how many samples were valid.
+
+    Training metrics (a `job` dimension) only for jobs this node ran, under a role it held for
+    them (jobs.agent_writes): anything else refuses the message. Samples of deleted jobs drop."""
     samples = parse(batch.get("samples"))
+    roles = metric_jobs(node_id, {s.job_id for s in samples if s.job_id is not None})
+    for sample in samples:
+        if sample.job_id in roles and sample.stream and sample.stream not in roles[sample.job_id]:
+            raise RefusedWrite(f"this node never was {sample.stream} of job {sample.job_id}")
+    samples = [s for s in samples if s.job_id is None or s.job_id in roles]
     if not samples:
         return 0
     node = node_name(node_id)

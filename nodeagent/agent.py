@@ -13,7 +13,7 @@ from typing import Any
 from . import protocol
 from .checkpoints import CheckpointWatcher
 from .config import AgentConfig
-from .connection import Connection, TokenRejected
+from .connection import Connection, Superseded, TokenRejected
 from .faults import FaultMonitor, InvalidFault
 from .gpus import GpuBackend
 from .logstream import Outbox
@@ -26,6 +26,7 @@ from .supervisor import Supervisor
 
 AGENT_VERSION = "0.1.0"
 EXIT_TOKEN_REFUSED = 2
+EXIT_SUPERSEDED = 3  # another agent process connected with this node's token
 DRAIN_SECONDS = 5.0  # at shutdown, time for the console to acknowledge the last exit reports
 FENCE_GRACE_SECONDS = 3.0  # a fenced node has little time left before the console moves its work
 
@@ -117,14 +118,19 @@ class Agent:
         code = 0
         if connection.done():
             exc = connection.exception()
-            if not isinstance(exc, TokenRejected):
+            if isinstance(exc, Superseded):
+                # the jobs are stopped below: the agent that replaced this one runs them now
+                print(f"{exc}: stopping this agent's jobs and exiting.", file=sys.stderr, flush=True)
+                code = EXIT_SUPERSEDED
+            elif isinstance(exc, TokenRejected):
+                print(
+                    f"the console refused this node's token: {exc}. "
+                    f"Mint a token with `python manage.py nodetoken {self.config.name}`.",
+                    file=sys.stderr, flush=True,
+                )
+                code = EXIT_TOKEN_REFUSED
+            else:
                 raise exc or RuntimeError("the connection loop ended")
-            print(
-                f"the console refused this node's token: {exc}. "
-                f"Mint a token with `python manage.py nodetoken {self.config.name}`.",
-                file=sys.stderr, flush=True,
-            )
-            code = EXIT_TOKEN_REFUSED
         # stop what runs (nothing may be left orphaned), then give the exit reports a chance
         # to reach the console; what does not is re-sent from the spool by the next agent
         await recovery

@@ -13,6 +13,7 @@ import contextlib
 import json
 import logging
 import random
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -28,6 +29,11 @@ log = logging.getLogger(__name__)
 
 class TokenRejected(Exception):
     """The console refused this node's token (error + close 4401, or HTTP 401/403)."""
+
+
+class Superseded(Exception):
+    """Another connection of this node replaced this one (close 4409): a second agent process
+    runs with this node's token. This one must stop its jobs and exit, or both would run them."""
 
 
 class Backoff:
@@ -70,7 +76,7 @@ class Connection:
         self._error = ""
 
     async def run(self) -> None:
-        """Connect, serve, reconnect: returns never; raises TokenRejected."""
+        """Connect, serve, reconnect: returns never; raises TokenRejected or Superseded."""
         while True:
             try:
                 async with connect(
@@ -88,7 +94,7 @@ class Connection:
                 log.warning("the console answered the WebSocket handshake with HTTP %s", status)
             except (OSError, TimeoutError, InvalidHandshake, ConnectionClosed) as exc:
                 log.warning("cannot reach the console at %s: %s", self.ws_url, exc or type(exc).__name__)
-            except TokenRejected:
+            except (TokenRejected, Superseded):
                 raise
             except Exception:  # a bug must cost a reconnect, not the agent (its jobs keep running)
                 log.exception("the connection to the console failed")
@@ -100,7 +106,10 @@ class Connection:
 
     async def _session(self, ws: ClientConnection) -> None:
         self._error = ""
-        hello = protocol.Hello(type="hello", protocol=protocol.PROTOCOL_VERSION, node=self.node, running=self.supervisor.running())
+        hello = protocol.Hello(
+            type="hello", protocol=protocol.PROTOCOL_VERSION, node=self.node, running=self.supervisor.running(),
+            sent_at=time.time(),
+        )
         with contextlib.suppress(ConnectionClosed):
             # a refusal (error + close 4401) may arrive before our hello is out: read it below
             await ws.send(json.dumps(hello))
@@ -128,9 +137,12 @@ class Connection:
         if ws.close_code == protocol.CLOSE_BAD_TOKEN:
             raise TokenRejected(self._error or ws.close_reason or "the token was refused")
         if ws.close_code == protocol.CLOSE_SUPERSEDED:
-            # another agent process uses this node's token; reconnecting fast would fight it
-            log.error("another connection of node %s replaced this one: is a second agent running with its token?", self.node["name"])
-            self.backoff.saturate()
+            raise Superseded(self._error or f"another connection of node {self.node['name']} replaced this one")
+        if ws.close_code == protocol.CLOSE_TRY_AGAIN:
+            # the console is there but degraded (its database or Redis is away): not a cut-off,
+            # so the jobs keep running; everything unacknowledged is re-sent on the next connection
+            self.last_contact = asyncio.get_running_loop().time()
+            log.warning("the console is degraded (%s); retrying", self._error or "try again later")
 
     async def _receive(self, ws: ClientConnection) -> None:
         async for raw in ws:
@@ -163,6 +175,10 @@ class Connection:
         elif kind == "inject_fault":
             self.on_inject(message)  # type: ignore[arg-type]
         elif kind == "error":
+            if message.get("msg_id") is not None:
+                # one message was refused; its ack follows, and it is dropped (kept by the console for staff)
+                log.error("the console refused message %s: %s", message.get("msg_id"), message.get("message", ""))
+                return
             self._error = str(message.get("message", ""))
             log.error("the console reports an error: %s", self._error)
         else:
@@ -192,7 +208,7 @@ class Connection:
                 continue
             except TimeoutError:
                 pass
-            beat = protocol.Heartbeat(type="heartbeat", running=self.supervisor.running())
+            beat = protocol.Heartbeat(type="heartbeat", running=self.supervisor.running(), sent_at=time.time())
             await ws.send(json.dumps(beat))
 
     async def drain(self, timeout: float) -> bool:

@@ -1,7 +1,8 @@
 """Log lines and attempt reports on their way into the spool.
 
 A LogStream numbers the lines of one (job, attempt, stream) and batches them: a `logs` message
-is spooled every FLUSH_SECONDS or every MAX_BATCH lines, whichever comes first. Lines are
+is spooled every FLUSH_SECONDS, every MAX_BATCH lines or before it grows past the protocol's
+byte limit, whichever comes first; a line longer than the protocol allows is split. Lines are
 numbered when they arrive (not when flushed) so the order the console stores is the order
 the process printed, across stdout and stderr.
 """
@@ -13,10 +14,15 @@ import time
 from typing import Any
 
 from . import protocol
+from .protocol_checks import MAX_BATCH_BYTES, MAX_BATCH_LINES, MAX_LINE_CHARS
 from .spool import Spool
 
 FLUSH_SECONDS = 0.1
-MAX_BATCH = 500
+MAX_BATCH = MAX_BATCH_LINES
+# a batch is sent before its JSON grows past the protocol's limit (escapes can double a
+# character: count the text twice over to stay clear of MAX_BATCH_BYTES)
+BATCH_BYTES = MAX_BATCH_BYTES // 2
+LINE_OVERHEAD = 40  # "[seq, ts, ...]" around each text
 
 
 class Outbox:
@@ -58,14 +64,19 @@ class LogStream:
         self.job_id, self.attempt, self.stream = job_id, attempt, stream
         self.seq = 0
         self._buffer: list[list[Any]] = []
+        self._bytes = 0
         self._timer: asyncio.TimerHandle | None = None
 
     def line(self, text: str) -> None:
-        self.seq += 1
-        self._buffer.append([self.seq, time.time(), text])
-        if len(self._buffer) >= MAX_BATCH:
-            self.flush()
-        elif self._timer is None:
+        # a line longer than the protocol allows goes on in continuation lines of its own
+        for start in range(0, max(len(text), 1), MAX_LINE_CHARS):
+            chunk = text[start:start + MAX_LINE_CHARS]
+            self.seq += 1
+            self._buffer.append([self.seq, time.time(), chunk])
+            self._bytes += len(chunk.encode("utf-8", errors="replace")) + LINE_OVERHEAD
+            if len(self._buffer) >= MAX_BATCH or self._bytes >= BATCH_BYTES:
+                self.flush()
+        if self._buffer and self._timer is None:
             self._timer = asyncio.get_running_loop().call_later(FLUSH_SECONDS, self.flush)
 
     def info(self, text: str) -> None:
@@ -83,5 +94,5 @@ class LogStream:
             self._timer.cancel()
             self._timer = None
         if self._buffer:
-            lines, self._buffer = self._buffer, []
+            lines, self._buffer, self._bytes = self._buffer, [], 0
             self.outbox.logs(self.job_id, self.attempt, self.stream, lines)

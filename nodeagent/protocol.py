@@ -28,7 +28,12 @@ Console → agent
                change, and periodically
   ack          {upto: msg_id}
   inject_fault make a simulated GPU fail (tests, the admin's node page, the API)
-  error        {message}; followed by a close
+  error        {message}; after a refused message also its msg_id (the message is acknowledged
+               and kept for staff: it is not re-sent); before a close 1013 `retry: true`
+               (the console is degraded: keep everything, reconnect later)
+
+Limits (sizes, ranges, types) and the check the console applies to every message are in
+nodeagent.protocol_checks.
 """
 
 from __future__ import annotations
@@ -38,9 +43,10 @@ from typing import Literal, NotRequired, TypedDict
 PROTOCOL_VERSION = 1
 AGENT_PATH = "/ws/agent/"
 HEARTBEAT_INTERVAL = 3.0  # seconds
-DEFAULT_FENCE_AFTER = 20.0  # seconds without the console before an agent stops its placements
+DEFAULT_FENCE_AFTER = 300.0  # seconds without the console before an agent stops its placements
 CLOSE_BAD_TOKEN = 4401
-CLOSE_SUPERSEDED = 4409  # another connection of the same node replaced this one
+CLOSE_SUPERSEDED = 4409  # another connection of the same node replaced this one: stop and exit
+CLOSE_TRY_AGAIN = 1013  # the console is up but cannot serve now (its database or Redis is down)
 
 PlacementState = Literal["preparing", "running", "exited"]
 
@@ -74,11 +80,15 @@ class Hello(TypedDict):
     protocol: int
     node: NodeInfo
     running: list[RunningRef]
+    sent_at: NotRequired[float]  # the agent's clock (unix seconds): the console learns its offset
 
 
 class Heartbeat(TypedDict):
     type: Literal["heartbeat"]
     running: list[RunningRef]
+    # when it was sent (agent's clock): a node whose messages wait in the console's queue longer
+    # than the lost grace counts as cut off, whatever its last processed heartbeat says
+    sent_at: NotRequired[float]
 
 
 class LogBatch(TypedDict):
@@ -238,6 +248,8 @@ class Ack(TypedDict):
 class Error(TypedDict):
     type: Literal["error"]
     message: str
+    msg_id: NotRequired[int]  # the refused message (acknowledged: the agent drops it)
+    retry: NotRequired[bool]  # the console is degraded; a close 1013 follows
 
 
 def placement_key(job_id: int, attempt: int, role: str) -> str:

@@ -9,6 +9,7 @@ from rest_framework.permissions import IsAdminUser
 from rest_framework.response import Response
 
 from nodeagent.protocol import FAULT_KINDS
+from nodeagent.protocol_checks import MAX_INT, MAX_SMALLINT
 
 from .. import nodes
 from ..capacity import GpuState, GpuUse, NodeLedger
@@ -70,8 +71,8 @@ def holder(state: GpuState | None) -> dict:
 
 class FaultRequest(serializers.Serializer):
     kind = serializers.ChoiceField(choices=FAULT_KINDS)
-    gpu_index = serializers.IntegerField(min_value=0, required=False, allow_null=True, default=None)
-    xid = serializers.IntegerField(min_value=1, required=False, allow_null=True, default=None)
+    gpu_index = serializers.IntegerField(min_value=0, max_value=MAX_SMALLINT, required=False, allow_null=True, default=None)
+    xid = serializers.IntegerField(min_value=1, max_value=MAX_INT, required=False, allow_null=True, default=None)
     detail = serializers.CharField(required=False, allow_blank=True, default="", max_length=200)
 
     def validate(self, attrs: dict) -> dict:

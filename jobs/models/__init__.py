@@ -2,9 +2,9 @@
 
 from .attempts import JobAttempt, Placement, PlacementState
 from .jobs import JobStatusChange, JobTag, ServerType, TrainingJob
-from .nodes import HardwareEvent, Node, NodeGPU, NodeToken
+from .nodes import ConsoleListening, HardwareEvent, Node, NodeGPU, NodeToken, RejectedAgentMessage
 
 __all__ = [
-    "HardwareEvent", "JobAttempt", "JobStatusChange", "JobTag", "Node", "NodeGPU", "NodeToken", "Placement",
-    "PlacementState", "ServerType", "TrainingJob",
+    "ConsoleListening", "HardwareEvent", "JobAttempt", "JobStatusChange", "JobTag", "Node", "NodeGPU", "NodeToken",
+    "Placement", "PlacementState", "RejectedAgentMessage", "ServerType", "TrainingJob",
 ]

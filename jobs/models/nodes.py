@@ -59,6 +59,10 @@ class Node(models.Model):
     lost = models.BooleanField(default=False, help_text="No heartbeat within the grace period")
     cordoned = models.BooleanField(default=False, help_text="Takes no new placements")
     cordon_reason = models.CharField(max_length=500, blank=True)
+    # grows with every accepted hello: only the newest connection of a node may act for it
+    session = models.PositiveBigIntegerField(default=0)
+    # when the agent sent its newest processed heartbeat, on the console's clock (jobs.heartbeats)
+    last_sent_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -115,3 +119,34 @@ class HardwareEvent(models.Model):
     def __str__(self) -> str:
         what = f"XID {self.xid}" if self.kind == "xid" else self.kind
         return f"{self.node.name} GPU {self.gpu_index}: {what}"
+
+
+class RejectedAgentMessage(models.Model):
+    """An agent message the console refused (malformed, out of range, or a write the node may not
+    make): acknowledged so the agent drops it, and kept here for staff to look at."""
+
+    node = models.ForeignKey(Node, null=True, blank=True, on_delete=models.SET_NULL, related_name="rejected_messages")
+    node_name = models.CharField(max_length=63, blank=True, help_text="The token's node, kept when the node is deleted")
+    msg_type = models.CharField(max_length=40, blank=True)
+    msg_id = models.BigIntegerField(null=True, blank=True)
+    reason = models.CharField(max_length=500)
+    body = models.TextField(blank=True, help_text="The message as received, cut to 64 kB")
+    received_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-received_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.node_name}: {self.msg_type or '?'} #{self.msg_id}: {self.reason[:60]}"
+
+
+class ConsoleListening(models.Model):
+    """One row: when the console last processed agents' heartbeats, and since when it has done
+    so without a gap. The watchdog declares a node Lost only for a silence the console itself
+    was listening through, so an outage of the console, its database or Redis loses no node."""
+
+    alive_at = models.DateTimeField()
+    listening_since = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"listening since {self.listening_since:%Y-%m-%d %H:%M:%S}, last at {self.alive_at:%H:%M:%S}"

@@ -114,3 +114,16 @@ def stored_script(object_storage_settings, object_store) -> str:
         client.create_bucket(Bucket="scripts")
     client.put_object(Bucket="scripts", Key="train.py", Body=b"print('training')\n")
     return "s3://scripts/train.py"
+
+
+@pytest.fixture
+def listening_console(db):
+    """The console has processed heartbeats for an hour without a gap: the watchdog may judge."""
+    from django.utils import timezone
+
+    from jobs.models import ConsoleListening
+
+    now = timezone.now()
+    return ConsoleListening.objects.update_or_create(
+        pk=1, defaults={"alive_at": now, "listening_since": now - timezone.timedelta(hours=1)},
+    )[0]

@@ -147,12 +147,12 @@ async def test_a_resent_log_batch_is_stored_once_and_acked_each_time():
     await socket.receive_json_from(timeout=5)  # desired
     now = time.time()
     batch = {"type": "logs", "msg_id": 7, "job_id": job.pk, "attempt": 1, "stream": "master",
-             "lines": [[i, now + i / 1000, f"line {i}"] for i in range(100)]}
+             "lines": [[i, now + i / 1000, f"line {i}"] for i in range(1, 101)]}
     for _ in range(2):  # a reconnect re-sends what was not acknowledged
         await socket.send_json_to(batch)
         assert await socket.receive_json_from(timeout=5) == {"type": "ack", "upto": 7}
     texts = await sync_to_async(list)(LogLine.objects.filter(job=job).order_by("seq").values_list("text", flat=True))
-    assert texts == [f"line {i}" for i in range(100)]
+    assert texts == [f"line {i}" for i in range(1, 101)]
     await socket.disconnect()
 
 
@@ -161,7 +161,7 @@ async def test_lines_and_reports_of_a_superseded_attempt_are_dropped():
     socket, _ = await connect_node("gpu-01")
     job = await sync_to_async(_placed_job)()
     await socket.receive_json_from(timeout=5)
-    await socket.send_json_to({"type": "logs", "msg_id": 1, "job_id": job.pk, "attempt": 99, "stream": "master", "lines": [[0, time.time(), "ghost"]]})
+    await socket.send_json_to({"type": "logs", "msg_id": 1, "job_id": job.pk, "attempt": 99, "stream": "master", "lines": [[1, time.time(), "ghost"]]})
     await socket.receive_json_from(timeout=5)
     await socket.send_json_to({"type": "attempt", "msg_id": 2, "job_id": job.pk, "attempt": 99, "role": "master", "state": "exited", "exit_code": 1})
     await socket.receive_json_from(timeout=5)

@@ -8,6 +8,7 @@ import pytest
 from django.utils import timezone
 
 from jobs import actions, lifecycle, nodes
+from jobs.agent_writes import checkpoint_prefix
 from jobs.lifecycle import PlacementReport
 from jobs.models import JobAttempt, Node, NodeGPU, ServerType, TrainingJob
 from jobs.scheduling import Assignment
@@ -68,8 +69,9 @@ def test_a_hardware_fault_with_failover_reallocates_to_a_healthy_node(alice, dja
 def test_the_resumed_attempt_starts_from_the_committed_checkpoint(alice):
     bad, _ = make_node("gpu-01"), make_node("gpu-02")
     job = running_job(alice, bad, failover_enabled=True)
-    assert lifecycle.record_checkpoint(job.pk, 1, 20, "s3://r/jobs/1/checkpoints/step-20") == "ok"
-    assert lifecycle.record_checkpoint(job.pk, 1, 15, "s3://r/jobs/1/checkpoints/step-15") == "ok"
+    prefix = checkpoint_prefix(job.pk)
+    assert lifecycle.record_checkpoint(job.pk, 1, 20, prefix + "step-20", bad.pk, "master") == "ok"
+    assert lifecycle.record_checkpoint(job.pk, 1, 15, prefix + "step-15", bad.pk, "master") == "ok"
     xid(bad, 48)
     exit_report(job, bad, exit_code=1)
     schedule_jobs()
@@ -85,7 +87,7 @@ def test_a_checkpoint_commit_of_a_superseded_attempt_is_rejected(alice):
     xid(bad, 79)
     exit_report(job, bad, signal=9)
     schedule_jobs()
-    assert lifecycle.record_checkpoint(job.pk, 1, 99, "s3://late") == "stale"
+    assert lifecycle.record_checkpoint(job.pk, 1, 99, checkpoint_prefix(job.pk) + "step-99", bad.pk, "master") == "stale"
     assert TrainingJob.objects.get(pk=job.pk).checkpoint_step is None
 
 
@@ -158,10 +160,11 @@ def test_an_image_error_is_imagepullbackoff(alice):
     assert job.status_reason == "authentication failed for 127.0.0.1:5055/team/minbase:1"
 
 
-def test_a_lost_node_fails_an_on_demand_job_over(alice, settings):
+def test_a_lost_node_fails_an_on_demand_job_over(alice, settings, listening_console):
     lost, _ = make_node("gpu-01"), make_node("gpu-02")
     job = running_job(alice, lost, failover_enabled=True)
-    Node.objects.filter(pk=lost.pk).update(last_heartbeat_at=timezone.now() - timezone.timedelta(seconds=settings.NODE_LOST_AFTER_SECONDS + 5))
+    silent = timezone.now() - timezone.timedelta(seconds=settings.NODE_LOST_AFTER_SECONDS + 5)
+    Node.objects.filter(pk=lost.pk).update(last_heartbeat_at=silent, last_sent_at=silent)
     assert nodes.watch_heartbeats() == ["gpu-01"]
     job.refresh_from_db()
     assert job.status == "Pending - failoverinprogress"

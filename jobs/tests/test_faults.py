@@ -34,9 +34,24 @@ def test_memory_link_and_driver_evidence_is_hardware(kind):
     assert classify(ExitEvidence(exit_code=1, hardware=(HardwareEvent(kind, gpu_index=0),))).verdict is Verdict.HARDWARE
 
 
-def test_the_uncorrectable_ecc_log_line_is_hardware():
-    decision = classify(ExitEvidence(exit_code=1, log_tail=("RuntimeError: CUDA error: uncorrectable ECC error encountered",)))
-    assert decision.verdict is Verdict.HARDWARE
+ECC_LINE = "RuntimeError: CUDA error: uncorrectable ECC error encountered"
+
+
+def test_an_ecc_error_in_the_jobs_own_output_only_asks_for_a_second_look():
+    """Any user can print this line: on its own it must not cordon a shared node."""
+    decision = classify(ExitEvidence(exit_code=1, log_tail=(ECC_LINE,)))
+    assert decision.verdict is Verdict.AMBIGUOUS
+    assert recheck(decision, (), True, "gpu-01").verdict is Verdict.USER
+
+
+def test_the_agents_evidence_confirms_what_the_output_suggested():
+    decision = classify(ExitEvidence(exit_code=1, log_tail=(ECC_LINE,)))
+    later = (HardwareEvent("ecc_uncorrected", gpu_index=2),)
+    assert recheck(decision, later, True, "gpu-01").verdict is Verdict.HARDWARE
+
+
+def test_a_job_that_prints_the_ecc_line_and_succeeds_succeeded():
+    assert classify(ExitEvidence(exit_code=0, log_tail=(ECC_LINE,))).verdict is Verdict.SUCCESS
 
 
 def test_xid_94_alone_is_a_contained_hardware_fault_that_counts():

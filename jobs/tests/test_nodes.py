@@ -83,11 +83,12 @@ def test_the_scheduler_places_a_waiting_job_and_explains_one_that_cannot_fit(ali
     )
 
 
-def test_a_node_without_heartbeats_is_lost_and_its_job_fails(alice, settings):
+def test_a_node_without_heartbeats_is_lost_and_its_job_fails(alice, settings, listening_console):
     node = make_node("gpu-01")
     job = actions.create_job(alice, job_fields(), [])
     lifecycle.start_attempt(job.pk, [Assignment(node.pk, node.name, (0,))])
-    Node.objects.filter(pk=node.pk).update(last_heartbeat_at=timezone.now() - timedelta(seconds=settings.NODE_LOST_AFTER_SECONDS + 1))
+    silent = timezone.now() - timedelta(seconds=settings.NODE_LOST_AFTER_SECONDS + 1)
+    Node.objects.filter(pk=node.pk).update(last_heartbeat_at=silent, last_sent_at=silent)
 
     assert nodes.watch_heartbeats() == ["gpu-01"]
 

@@ -94,3 +94,13 @@ def rollups() -> dict[tuple[str, float], tuple[int, float, float, float]]:
         (keys[r.series_id], r.period_start.timestamp()): (r.sample_count, r.total, r.minimum, r.maximum)
         for r in MetricRollup.objects.all()
     }
+
+
+def place(job, node_name: str) -> None:
+    """Put the job's first attempt on the node (GPUs 0 and 1): the node may then write its metrics."""
+    from jobs import lifecycle
+    from jobs.models import Node
+    from jobs.scheduling import Assignment
+
+    node = Node.objects.get(name=node_name)
+    lifecycle.start_attempt(job.pk, [Assignment(node.pk, node.name, (0, 1))])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -9,9 +10,11 @@ from asgiref.sync import async_to_sync, sync_to_async
 from channels.testing import WebsocketCommunicator
 
 from console.asgi import application
-from jobs.models import NodeToken
+from jobs.models import NodeToken, RejectedAgentMessage
 from jobs.tests.ws import job_socket, session_cookie
 from monitoring.models import MetricSample, MetricSeries
+
+from .conftest import place
 
 pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)
 
@@ -49,10 +52,14 @@ def test_a_batch_is_stored_once_acked_each_time_and_reaches_the_jobs_page(alice,
         page = job_socket(job.pk, cookie)
         assert (await page.connect())[0]
         agent = await connect_node("gpu-01")
+        await sync_to_async(place)(job, "gpu-01")
+        assert (await agent.receive_json_from(timeout=5))["type"] == "desired"  # the placement
         for _ in range(2):  # a reconnect re-sends what was not acknowledged
             await agent.send_json_to(batch)
             assert await agent.receive_json_from(timeout=5) == {"type": "ack", "upto": 5}
         event = await page.receive_json_from(timeout=5)
+        while event["type"] != "job.metrics":  # the placement's status change came first
+            event = await page.receive_json_from(timeout=5)
         await agent.disconnect()
         await page.disconnect()
         return event
@@ -68,13 +75,30 @@ def test_a_batch_is_stored_once_acked_each_time_and_reaches_the_jobs_page(alice,
     assert ["GPUUtilization", now, 97.5, {"node": "gpu-01", "gpu": 0}] in event["samples"]
 
 
-def test_malformed_samples_are_dropped_and_the_batch_still_acked():
+def test_a_malformed_batch_is_refused_with_a_reason_acked_and_kept_for_staff():
     now = time.time()
     batch = {"type": "metrics", "msg_id": 1, "samples": [
-        ["NoSuchMetric", now, 1.0, {}], ["GPUUtilization", now, float("nan"), {"gpu": 0}],
-        ["GPUUtilization", now, 5.0, {}], ["GPUUtilization", "yesterday", 5.0, {"gpu": 0}], "junk",
-        ["GPUTemperature", now, 41.0, {"gpu": 0}],
+        ["GPUTemperature", now, 41.0, {"gpu": 0}], ["GPUUtilization", now, float("nan"), {"gpu": 0}],
     ]}
+
+    async def scenario():
+        agent = await connect_node("gpu-01")
+        await agent.send_to(text_data=json.dumps(batch))  # NaN: what a broken agent could send
+        replies = [await agent.receive_json_from(timeout=5), await agent.receive_json_from(timeout=5)]
+        await agent.disconnect()
+        return replies
+
+    error, ack = async_to_sync(scenario)()
+    assert error == {"type": "error", "msg_id": 1, "message": "malformed message: a GPUUtilization sample's value must be a finite number"}
+    assert ack == {"type": "ack", "upto": 1}  # the agent drops it: never re-sent
+    assert not MetricSample.objects.exists()
+    kept = RejectedAgentMessage.objects.get()
+    assert (kept.node_name, kept.msg_type, kept.msg_id) == ("gpu-01", "metrics", 1) and "NaN" in kept.body
+
+
+def test_samples_of_metrics_the_console_does_not_know_are_dropped_and_the_rest_stored():
+    now = time.time()
+    batch = {"type": "metrics", "msg_id": 1, "samples": [["NoSuchMetric", now, 1.0, {}], ["GPUTemperature", now, 41.0, {"gpu": 0}]]}
 
     async def scenario():
         agent = await connect_node("gpu-01")

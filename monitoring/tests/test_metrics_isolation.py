@@ -5,12 +5,12 @@ from __future__ import annotations
 import time
 
 import pytest
-from asgiref.sync import async_to_sync
+from asgiref.sync import async_to_sync, sync_to_async
 from rest_framework.test import APIClient
 
 from jobs.tests.ws import job_socket, session_cookie
 
-from .conftest import api_client, logged_in
+from .conftest import api_client, logged_in, place
 from .test_metrics_ingest import connect_node
 
 
@@ -39,9 +39,13 @@ def test_bob_hears_no_metrics_of_alices_job(alice, bob, make_job):
         owner = job_socket(alices.pk, alices_cookie)
         assert (await owner.connect())[0]
         agent = await connect_node("gpu-01")
+        await sync_to_async(place)(alices, "gpu-01")
+        assert (await agent.receive_json_from(timeout=5))["type"] == "desired"  # the placement
         await agent.send_json_to(batch)
         await agent.receive_json_from(timeout=5)  # ack: stored and published
         seen_by_alice = await owner.receive_json_from(timeout=5)
+        while seen_by_alice["type"] != "job.metrics":  # the placement's status change came first
+            seen_by_alice = await owner.receive_json_from(timeout=5)
         heard = await own.receive_nothing(timeout=0.5)
         # every application instance ends here (a refused one still listens on its channel)
         for socket in (agent, own, owner, spy):

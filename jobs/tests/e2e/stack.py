@@ -16,6 +16,7 @@ from pathlib import Path
 
 from django.conf import settings
 
+from console.services.daphne import daphne_command
 from console.services.ports import free_port, wait_for_port
 
 ROOT = Path(settings.BASE_DIR)
@@ -92,7 +93,7 @@ class Stack:
             )
 
     def start_console(self) -> None:
-        self._spawn("daphne", [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "console.asgi:application"])
+        self._spawn("daphne", daphne_command(self.port))
         wait_for_port(self.port, timeout=30)
 
     def stop_console(self) -> None:

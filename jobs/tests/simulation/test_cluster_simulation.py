@@ -38,6 +38,7 @@ from workspaces.reservations import reconcile_now
 from .invariants import check_after_scheduling, check_always, snapshot
 
 START = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
+FLUSH_STEP = timedelta(seconds=5)  # how often a listening console writes that it listens (< LISTEN_GAP)
 NODE_NAMES = ["sim-1", "sim-2", "sim-3", "sim-4"]
 GPU_SIZES = [1, 2, 4, 8]
 
@@ -226,11 +227,29 @@ class ClusterMachine(RuleBasedStateMachine):
 
     @rule(seconds=st.sampled_from([1, 5, 20, 45, 120, 700]))
     def time_passes(self, seconds) -> None:
+        """The console listens all along (its heartbeat flusher writes every few seconds) and the
+        nodes that are alive beat; then the watchdog and the failover sweep run."""
+        end = self.clock.now + timedelta(seconds=seconds)
+        while self.clock.now + FLUSH_STEP < end:
+            self.clock.now += FLUSH_STEP
+            nodes.record_heartbeats([])
+        self.clock.now = end
+        self._beat_and_watch()
+
+    @rule(seconds=st.sampled_from([20, 45, 120]))
+    def the_console_is_down(self, seconds) -> None:
+        """daphne, its database or Redis is away: no heartbeat is processed. When it listens
+        again, no node that stayed alive may be declared Lost for the silence."""
         self.clock.now += timedelta(seconds=seconds)
-        for name, alive in self.alive.items():
-            if alive:
-                nodes.heartbeat(self.node_ids[name])
-        nodes.watch_heartbeats()
+        self._beat_and_watch()
+
+    def _beat_and_watch(self) -> None:
+        nodes.record_heartbeats([
+            nodes.Beat(self.node_ids[name], Node.objects.get(name=name).session, self.clock.now)
+            for name, alive in self.alive.items() if alive
+        ])
+        lost = nodes.watch_heartbeats()
+        assert not [name for name in lost if self.alive[name]], f"alive nodes declared Lost: {lost}"
         failover.finish_overdue_assessments()
 
     @rule()

@@ -1,0 +1,72 @@
+"""What a node's agent may write about jobs: only its own placements' logs, metrics and checkpoints.
+
+A node's token proves which node speaks, nothing more. Every job write an agent sends is checked
+against the placements of that node: log lines only into the stream (role) of a placement of the
+job's current attempt there, training metrics only for jobs placed there, checkpoint commits only
+for the current attempt's placement there and only under the job's own checkpoint prefix. A write
+of another node's job is refused (and kept for staff); a write of an attempt that has moved on is
+dropped quietly (fencing: that is how a cut-off node's late messages look).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.conf import settings
+
+from .models import Placement, TrainingJob
+
+
+class RefusedWrite(Exception):
+    """The node may not make this write; the message says why (sent to the agent, kept for staff)."""
+
+
+@dataclass(frozen=True)
+class Target:
+    job_id: int
+    attempt: int
+    role: str
+    current: bool  # the attempt is the job's current one: otherwise the write is stale
+
+
+def placement_target(node_id: int, job_id: int, attempt: int, role: str) -> Target | None:
+    """The node's placement of (job, attempt) in `role` (stale when the attempt is not current);
+    None when the job is gone (deleted). Raises RefusedWrite for the current attempt of a job
+    when this node holds no such placement: that is another node's job."""
+    current = (
+        Placement.objects.filter(node_id=node_id, attempt__job_id=job_id, attempt__number=attempt, role=role)
+        .values_list("attempt__job__current_attempt", flat=True).first()
+    )
+    if current is not None:
+        return Target(job_id, attempt, role, current == attempt)
+    current = TrainingJob.objects.filter(pk=job_id).values_list("current_attempt", flat=True).first()
+    if current is None:
+        return None
+    if current != attempt:
+        return Target(job_id, attempt, role, current=False)  # an attempt that moved on: dropped quietly
+    raise RefusedWrite(f"this node has no placement of job {job_id}, attempt {attempt}, as {role}")
+
+
+def checkpoint_prefix(job_id: int) -> str:
+    """Where a job's checkpoints live (the CHECKPOINT_S3_URL its placements get)."""
+    return f"s3://{settings.S3_RESULTS_BUCKET}/jobs/{job_id}/checkpoints/"
+
+
+def check_checkpoint_url(job_id: int, url: str) -> None:
+    prefix = checkpoint_prefix(job_id)
+    if not url.startswith(prefix) or ".." in url[len(prefix):]:
+        raise RefusedWrite(f"checkpoint URL {url[:200]!r} is outside job {job_id}'s checkpoints ({prefix})")
+
+
+def metric_jobs(node_id: int, jobs: set[int]) -> dict[int, set[str]]:
+    """Job id → the roles this node has held for it (any attempt), for the jobs that still exist.
+    Raises RefusedWrite for an existing job this node never ran."""
+    if not jobs:
+        return {}
+    roles: dict[int, set[str]] = {}
+    for job_id, role in Placement.objects.filter(node_id=node_id, attempt__job_id__in=jobs).values_list("attempt__job_id", "role"):
+        roles.setdefault(job_id, set()).add(role)
+    foreign = set(TrainingJob.objects.filter(pk__in=jobs - set(roles)).values_list("pk", flat=True))
+    if foreign:
+        raise RefusedWrite(f"this node never ran job(s) {', '.join(map(str, sorted(foreign)))}: their metrics are not its to send")
+    return roles
