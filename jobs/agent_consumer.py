@@ -173,6 +173,9 @@ class AgentConsumer(AsyncWebsocketConsumer):
             await self._refuse(str(refused))
             return
         self.node_id, self.session = node.pk, node.session
+        gone = await agent_db(nodes.forget_unknown_placements)(node.pk, hello.get("running") or [])
+        if gone:
+            log.warning("node %s came back without %s: treated as lost", node.name, ", ".join(gone))
         if hello.get("sent_at") is not None:
             self.clock_offset = time.time() - float(hello["sent_at"])
         BOOK.ensure_running()
@@ -206,7 +209,9 @@ class AgentConsumer(AsyncWebsocketConsumer):
         if not self.in_group:
             await self._join_group()
         if self.beats % RESYNC_EVERY_HEARTBEATS == 0:
-            # level-triggered: a desired-state message lost in a disconnect heals itself
+            # level-triggered: a desired-state message lost in a disconnect heals itself, and
+            # group membership lost with a restarted Redis comes back (group_add is idempotent)
+            await self._join_group()
             await self._send_desired()
 
     async def _attempt(self, message: protocol.AttemptUpdate) -> None:

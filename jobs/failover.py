@@ -39,7 +39,7 @@ RECHECK_SECONDS = 5
 LOG_TAIL_LINES = 40
 
 
-def evidence_for(placement: Placement, node_lost: bool = False) -> ExitEvidence:
+def evidence_for(placement: Placement, node_lost: bool = False, agent_restarted: bool = False) -> ExitEvidence:
     """Exit code, log tail and the node's hardware events since the attempt began."""
     attempt = placement.attempt
     events = HardwareEventRow.objects.filter(
@@ -57,7 +57,7 @@ def evidence_for(placement: Placement, node_lost: bool = False) -> ExitEvidence:
         .values_list("node_name", flat=True)
     )
     return ExitEvidence(
-        exit_code=placement.exit_code, signal=placement.exit_signal, node_lost=node_lost,
+        exit_code=placement.exit_code, signal=placement.exit_signal, node_lost=node_lost, agent_restarted=agent_restarted,
         node_name=placement.node_name, log_tail=lines, hardware=hardware, peers_down=peers_down,
     )
 

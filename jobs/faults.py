@@ -63,6 +63,7 @@ class ExitEvidence:
     image_error: bool = False
     image_message: str = ""
     node_lost: bool = False
+    agent_restarted: bool = False  # the node's agent came back without this placement (restart, replaced)
     node_name: str = ""
     log_tail: tuple[str, ...] = ()
     hardware: tuple[HardwareEvent, ...] = ()
@@ -108,6 +109,9 @@ def classify(evidence: ExitEvidence) -> Decision:
         return Decision(Verdict.IMAGE, evidence.image_message or "the image could not be pulled")
     if evidence.node_lost:
         return Decision(Verdict.INFRA, f"node {evidence.node_name} stopped sending heartbeats")
+    if evidence.agent_restarted:
+        return Decision(Verdict.INFRA, f"the agent of node {evidence.node_name} came back without this placement "
+                                       "(it restarted or was replaced): its processes are gone")
     faults = [event for event in evidence.hardware if is_hardware_fault(event)]
     if faults:
         return Decision(Verdict.HARDWARE, "hardware fault: " + "; ".join(e.describe() for e in faults),

@@ -243,10 +243,29 @@ def watch_heartbeats(now: datetime | None = None) -> list[str]:
     return names
 
 
-def _placement_lost(placement: Placement, node: Node) -> None:
+def forget_unknown_placements(node_id: int, running: list[protocol.RunningRef]) -> list[str]:
+    """After a hello: placements the console thinks run on the node but its agent does not
+    (it restarted with an empty work dir, or another agent process replaced it) are lost —
+    their processes went with the old agent. Those merely assigned wait for the desired state.
+    Returns the placements' keys."""
+    known = {protocol.placement_key(r["job_id"], r["attempt"], r["role"]) for r in running}
+    node = Node.objects.get(pk=node_id)
+    gone = []
+    started = Placement.objects.filter(node_id=node_id, state__in=[PlacementState.PREPARING, PlacementState.RUNNING])
+    for placement in started.select_related("attempt"):
+        key = protocol.placement_key(placement.attempt.job_id, placement.attempt.number, placement.role)
+        if key not in known:
+            with transaction.atomic():
+                _placement_lost(placement, node, agent_restarted=True)
+            gone.append(key)
+    return gone
+
+
+def _placement_lost(placement: Placement, node: Node, agent_restarted: bool = False) -> None:
     job = TrainingJob.objects.select_for_update().filter(pk=placement.attempt.job_id).first()
     Placement.objects.filter(pk=placement.pk).update(
-        state=PlacementState.LOST, ended_at=timezone.now(), message=f"node {node.name} lost",
+        state=PlacementState.LOST, ended_at=timezone.now(),
+        message=f"the agent of node {node.name} came back without it" if agent_restarted else f"node {node.name} lost",
     )
     if job is None or job.current_attempt != placement.attempt.number:
         return
@@ -258,7 +277,8 @@ def _placement_lost(placement: Placement, node: Node) -> None:
     schedule_on_commit()  # its GPUs no longer count as held
     if job.status in (JobStatus.CREATING, JobStatus.RUNNING):
         placement.refresh_from_db()
-        failover.interrupted(job, placement, failover.evidence_for(placement, node_lost=True))
+        evidence = failover.evidence_for(placement, node_lost=not agent_restarted, agent_restarted=agent_restarted)
+        failover.interrupted(job, placement, evidence)
 
 
 def record_fault(node_id: int, event: dict) -> HardwareEvent:

@@ -104,16 +104,17 @@ class Stack:
         self._spawn("beat", [sys.executable, "-m", "celery", "-A", "console", "beat", "-l", "warning", "-s", str(self.log_dir / "beat-schedule")])
 
     def agent(self, name: str, token: str, gpus: str = "simulated:8", server_type: str = "g2", extra: tuple[str, ...] = (),
-              env: dict[str, str] | None = None) -> Agent:
-        """Start an agent; `extra` are more flags, `env` more variables (e.g. DOCKER_HOST)."""
-        work_dir = self.log_dir / "nodes" / name
+              env: dict[str, str] | None = None, work_name: str = "") -> Agent:
+        """Start an agent; `extra` are more flags, `env` more variables (e.g. DOCKER_HOST);
+        `work_name` names its work dir when it is not the node's name (a second agent of a node)."""
+        work_dir = self.log_dir / "nodes" / (work_name or name)
         work_dir.mkdir(parents=True, exist_ok=True)
         args = [
             sys.executable, "-m", "nodeagent", "--console", self.url, "--token", token, "--name", name,
             "--gpus", gpus, "--server-type", server_type, "--work-dir", str(work_dir), "--address", "127.0.0.1",
             *extra,
         ]
-        agent = Agent(name, token, work_dir, self.log_dir / f"agent-{name}.log", args, {**self.env, **(env or {})})
+        agent = Agent(name, token, work_dir, self.log_dir / f"agent-{work_name or name}.log", args, {**self.env, **(env or {})})
         self.agents.append(agent)
         return agent.start()
 
