@@ -15,6 +15,7 @@ from .choices import JobStatus, LearningType
 from .models import JobAttempt, Node, NodeGPU, Placement, TrainingJob
 from .models.attempts import HOLDING_STATES
 from .scheduling import JobRequest, NodeSlot, SpotHolding, plan_preemption, schedule
+from .slurm import backend as slurm_backend  # jobs of Slurm-served server types go to their cluster
 
 log = logging.getLogger(__name__)
 
@@ -109,10 +110,9 @@ def schedule_jobs() -> dict:
     """Place waiting jobs on free nodes (gang, priority then FIFO, with backfill); idempotent."""
     with transaction.atomic():
         _take_scheduler_lock()
-        candidates = list(
-            TrainingJob.objects.filter(status__in=[JobStatus.PENDING, JobStatus.FAILOVER_IN_PROGRESS, JobStatus.SPOT_INTERRUPTED])
-            .select_related("server_type")
-        )
+        waiting_jobs = TrainingJob.objects.filter(status__in=[JobStatus.PENDING, JobStatus.FAILOVER_IN_PROGRESS, JobStatus.SPOT_INTERRUPTED])
+        slurm_backend.submit_on_commit(waiting_jobs)
+        candidates = list(slurm_backend.served_by_agents(waiting_jobs).select_related("server_type"))
         waiting = _eligible(candidates)
         if not waiting:
             return {"placed": 0, "waiting": 0}

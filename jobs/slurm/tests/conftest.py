@@ -1,0 +1,93 @@
+"""Fixtures of the Slurm tests: a real Slurm cluster, and the console's registration of it.
+
+The end-to-end tests run the real console stack (daphne, Celery worker and beat, SeaweedFS) of
+jobs/tests/e2e against a real Slurm 22.05 started here. Outside CI a machine without Slurm skips
+them; in CI (CI=true) a missing Slurm is a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+from django.conf import settings
+
+from jobs.tests import conftest as personas
+from jobs.tests.e2e import conftest as e2e
+
+from .cluster import LocalSlurm, SlurmUnavailable
+
+# the jobs tests' personas and the real console stack of the end-to-end tests
+alice, bob, staff = personas.alice, personas.bob, personas.staff
+alice_client, staff_client = personas.alice_client, personas.staff_client
+fast_password_hashing = personas.fast_password_hashing
+stack, e2e_settings, upload_script = e2e.stack, e2e.e2e_settings, e2e.upload_script
+
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+SERVER_TYPE = "g3"  # the Slurm-served type in these tests: 8 fake GPUs per node, like a g3 node
+
+
+@pytest.fixture(scope="session")
+def slurm():
+    """A real Slurm cluster (munged, slurmctld, two slurmd, slurmrestd with JWT) for the session."""
+    cluster = LocalSlurm()
+    try:
+        cluster.start()
+    except SlurmUnavailable as exc:
+        if IN_CI:
+            pytest.fail(f"Slurm must run in CI: {exc}")
+        pytest.skip(str(exc))
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def idle_slurm(slurm):
+    """The cluster with no job of an earlier test left in it, before and after the test."""
+    slurm.clear()
+    yield slurm
+    slurm.clear()
+
+
+def register(slurm_cluster: LocalSlurm, console_url: str, **fields):
+    """The console's registration of `slurm_cluster` as the one serving SERVER_TYPE."""
+    from jobs.models import ServerType
+    from jobs.slurm.models import SlurmCluster
+
+    cluster = SlurmCluster(
+        name="local", server_type=ServerType.objects.get(name=SERVER_TYPE), rest_url=slurm_cluster.rest_url,
+        api_version="v0.0.38", user_name=slurm_cluster.job_user, on_demand_partition="ondemand", spot_partition="spot",
+        gpus_per_node=slurm_cluster.gpus_per_node, console_url=console_url,
+        launcher=f"env PYTHONPATH={settings.BASE_DIR} {sys.executable} -m nodeagent.slurm_step",
+        work_dir=str(slurm_cluster.work_dir), jobcomp_path=str(slurm_cluster.jobcomp), stop_grace_seconds=3,
+        gpu_metrics="simulated", **fields,
+    )
+    cluster.set_jwt_key(slurm_cluster.jwt_key)
+    cluster.full_clean()
+    cluster.save()
+    return cluster
+
+
+@pytest.fixture
+def slurm_cluster(idle_slurm, stack, transactional_db):
+    """The console knows the local cluster: jobs of server type g3 run there."""
+    return register(idle_slurm, stack.url)
+
+
+@pytest.hookimpl(tryfirst=True, hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.when == "call" and report.failed:
+        for name, title in (("stack", "stack logs"), ("slurm", "slurm logs"), ("idle_slurm", "slurm logs")):
+            running = item.funcargs.get(name)
+            if running is not None:
+                report.sections.append((title, running.logs()))
+        stack = item.funcargs.get("stack")
+        if stack is not None:  # the whole of the worker's tracebacks, which the tail may have cut
+            text = (stack.log_dir / "worker.log").read_text(errors="replace")
+            report.sections.append(("worker errors", "\n".join(line for line in text.splitlines() if "Task " not in line)[-20000:]))
+
+
+__all__ = ["SlurmUnavailable"]
