@@ -53,7 +53,7 @@ class LocalSlurm:
     cpus_per_node: int = 8
     job_user: str = "root"  # the service user jobs run as (the venv's Python must be readable by it)
     slurmd_timeout: int = 5  # a stopped slurmd makes its node DOWN (NODE_FAIL) after about 20 s
-    cred_expire: int = 10  # also the delay before Slurm starts a requeued job again (default 120 s)
+    cred_expire: int = 5  # also the delay before Slurm starts a requeued job again (default 120 s, minimum 5)
     kill_wait: int = 5  # SIGTERM → KillWait → SIGKILL on cancel, preemption and time limit
     root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="simpleai-slurm-")))
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
@@ -287,6 +287,9 @@ TaskPlugin=task/none
 SlurmdParameters=config_overrides
 MpiDefault=none
 SchedulerType=sched/backfill
+# look at pending jobs every second or two (defaults: 60 s, backfill 30 s): a requeued job is
+# started again as soon as its requeue delay (cred_expire) has passed
+SchedulerParameters=sched_interval=2,bf_interval=1
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 GresTypes=gpu
