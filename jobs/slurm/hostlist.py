@@ -37,8 +37,8 @@ def _split_top_level(text: str) -> list[str]:
 def _expand_ranges(ranges: str, text: str) -> list[str]:
     values = []
     for item in ranges.split(","):
-        low, _, high = item.strip().partition("-")
-        if not low.isdigit() or (high and not high.isdigit()):
+        low, dash, high = item.strip().partition("-")
+        if not low.isdigit() or (dash and not high.isdigit()):
             raise HostlistError(f"bad range {item!r} in host list {text!r}")
         if not high:
             values.append(low)

@@ -6,6 +6,7 @@ import base64
 import binascii
 import hashlib
 import secrets
+from urllib.parse import urlsplit
 
 from django.core.exceptions import ValidationError
 from django.db import models
@@ -29,6 +30,13 @@ def new_secret() -> tuple[str, str]:
     return secret, hash_secret(secret)
 
 
+def validate_http_url(value: str) -> None:
+    """http(s)://host[:port][/path]; unlike Django's URLValidator, a bare internal host name is fine."""
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValidationError("Enter an http:// or https:// address, e.g. http://slurm-head:6820")
+
+
 class GpuMetrics(models.TextChoices):
     AUTO = "auto", "NVML (real GPUs)"
     SIMULATED = "simulated", "Simulated GPUs (test clusters without GPUs)"
@@ -44,7 +52,7 @@ class SlurmCluster(models.Model):
         help_text="Jobs of this server type run on this cluster instead of on node agents",
     )
     enabled = models.BooleanField(default=True, help_text="Off: jobs wait in Pending; nothing is submitted or polled")
-    rest_url = models.URLField("slurmrestd URL", help_text="e.g. http://slurm-head:6820")
+    rest_url = models.CharField("slurmrestd URL", max_length=200, validators=[validate_http_url], help_text="e.g. http://slurm-head:6820")
     api_version = models.CharField(max_length=16, choices=[(v, v) for v in API_VERSIONS], default=API_VERSIONS[0])
     user_name = models.CharField(max_length=64, help_text="The service user: jobs run as this Unix user")
     # Fernet tokens (console.crypto); never rendered back
@@ -53,7 +61,8 @@ class SlurmCluster(models.Model):
     on_demand_partition = models.CharField(max_length=64)
     spot_partition = models.CharField(max_length=64, help_text="Preemptible by the on-demand partition (PreemptMode=REQUEUE)")
     gpus_per_node = models.PositiveSmallIntegerField(help_text="GPUs per node (gres gpu) in both partitions")
-    console_url = models.URLField(help_text="How the cluster's nodes reach this console, e.g. http://console:8000")
+    console_url = models.CharField(max_length=200, validators=[validate_http_url],
+                                   help_text="How the cluster's nodes reach this console, e.g. http://console:8000")
     launcher = models.CharField(
         max_length=500, default="python3 -m nodeagent.slurm_step",
         help_text="Command line that starts the step launcher on a node (a Python with the nodeagent package)",

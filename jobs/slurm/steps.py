@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 from typing import Any
 
@@ -60,9 +61,11 @@ def redeem(launch_key: str, data: Any) -> tuple[str, int]:
     view = _view(slurm_job, restart, nodes)
     records = jobcomp.read(slurm_job.cluster.jobcomp_path, [slurm_id]).get(slurm_id, [])
     client = slurm_job.cluster.client()
-    # a requeue the poll has not seen yet ends the previous attempt first, then this run starts
+    # a requeue the poll has not seen yet ends the previous attempt first, then this run starts;
+    # a Slurm call that fails here (a cancel of a deleted job) is retried by the poll
     for _ in range(2):
-        sync.apply(slurm_job.pk, view, records, client)
+        with contextlib.suppress(SlurmError):
+            sync.apply(slurm_job.pk, view, records, client)
     with transaction.atomic():
         job = TrainingJob.objects.select_for_update().filter(pk=job_id).first()
         run = SlurmRun.objects.select_related("attempt").filter(slurm_job=slurm_job, restart_count=restart).first()

@@ -82,10 +82,10 @@ def pytest_runtest_makereport(item, call):
     if report.when == "call" and report.failed:
         for name, title in (("stack", "stack logs"), ("slurm", "slurm logs"), ("idle_slurm", "slurm logs")):
             running = item.funcargs.get(name)
-            if running is not None:
+            if isinstance(running, LocalSlurm) or (name == "stack" and running is not None):
                 report.sections.append((title, running.logs()))
         stack = item.funcargs.get("stack")
-        if stack is not None:  # the whole of the worker's tracebacks, which the tail may have cut
+        if stack is not None and (stack.log_dir / "worker.log").exists():  # the whole of the worker's tracebacks, which the tail may have cut
             text = (stack.log_dir / "worker.log").read_text(errors="replace")
             report.sections.append(("worker errors", "\n".join(line for line in text.splitlines() if "Task " not in line)[-20000:]))
 
