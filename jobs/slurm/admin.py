@@ -31,7 +31,7 @@ class SlurmClusterForm(forms.ModelForm):
         fields = [
             "name", "server_type", "enabled", "rest_url", "api_version", "user_name", "on_demand_partition",
             "spot_partition", "gpus_per_node", "console_url", "launcher", "work_dir", "jobcomp_path",
-            "stop_grace_seconds", "gpu_metrics",
+            "stop_grace_seconds", "gpu_metrics", "metrics_interval_seconds",
         ]
 
     def clean_launcher(self) -> str:

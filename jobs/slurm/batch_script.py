@@ -36,6 +36,7 @@ class BatchSpec:
     server_type: str
     gpu_metrics: str  # auto | simulated | off: how the launcher samples GPUs for the Monitoring tab
     stop_grace_seconds: int  # SIGTERM → this long → SIGKILL, inside Slurm's KillWait
+    metrics_interval: int = 10  # seconds between the launcher's GPU/node samples (0: none)
 
 
 def slurm_job_name(job_id: int, job_name: str) -> str:
@@ -62,7 +63,7 @@ def build_batch_script(spec: BatchSpec) -> str:
     launcher = shlex.join(launcher_words(spec.launcher))
     run = shlex.join([
         "run", "--work-dir", spec.work_dir, "--grace", str(spec.stop_grace_seconds),
-        "--gpus", spec.gpu_metrics, "--server-type", spec.server_type,
+        "--gpus", spec.gpu_metrics, "--server-type", spec.server_type, "--metrics-interval", str(spec.metrics_interval),
     ])
     return f"""#!/bin/bash
 # Simple AI Training job {spec.job_id} ({spec.job_name}); built by jobs.slurm.batch_script.

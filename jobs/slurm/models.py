@@ -77,6 +77,7 @@ class SlurmCluster(models.Model):
         default=30, help_text="SIGTERM → this long → SIGKILL for the command; keep it under Slurm's KillWait",
     )
     gpu_metrics = models.CharField(max_length=16, choices=GpuMetrics.choices, default=GpuMetrics.AUTO)
+    metrics_interval_seconds = models.PositiveIntegerField(default=10, help_text="GPU and node samples for the Monitoring tab (0: none)")
     slurm_version = models.CharField(max_length=32, blank=True, editable=False)
     last_checked_at = models.DateTimeField(null=True, blank=True, editable=False)
     last_error = models.CharField(max_length=500, blank=True, editable=False)

@@ -110,6 +110,7 @@ def submit(cluster: SlurmCluster, client: SlurmClient, job: TrainingJob, ours: d
         partition=cluster.partition_for(job.learning_type), requeue=job.learning_type == LearningType.SPOT or job.failover_enabled,
         console_url=cluster.console_url, launch_key=key, launcher=cluster.launcher, work_dir=cluster.work_dir,
         server_type=job.server_type.name, gpu_metrics=cluster.gpu_metrics, stop_grace_seconds=cluster.stop_grace_seconds,
+        metrics_interval=cluster.metrics_interval_seconds,
     )
     try:
         slurm_id = client.submit(build_batch_script(spec), submission(spec))

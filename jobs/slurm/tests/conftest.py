@@ -61,7 +61,7 @@ def register(slurm_cluster: LocalSlurm, console_url: str, **fields):
         gpus_per_node=slurm_cluster.gpus_per_node, console_url=console_url,
         launcher=f"env PYTHONPATH={settings.BASE_DIR} {sys.executable} -m nodeagent.slurm_step",
         work_dir=str(slurm_cluster.work_dir), jobcomp_path=str(slurm_cluster.jobcomp), stop_grace_seconds=3,
-        gpu_metrics="simulated", **fields,
+        gpu_metrics="simulated", metrics_interval_seconds=1, **fields,
     )
     cluster.set_jwt_key(slurm_cluster.jwt_key)
     cluster.full_clean()

@@ -21,7 +21,7 @@ def form(**overrides) -> dict:
         "on_demand_partition": "gpu", "spot_partition": "gpu-spot", "gpus_per_node": "8",
         "console_url": "http://console:8000", "launcher": "/opt/simpleai/.venv/bin/python -m nodeagent.slurm_step",
         "work_dir": "/var/tmp/simpleai", "jobcomp_path": "/var/log/slurm/jobcomp.txt", "stop_grace_seconds": "30",
-        "gpu_metrics": "auto", "jwt_key": base64.b64encode(KEY).decode(), "token": "",
+        "gpu_metrics": "auto", "metrics_interval_seconds": "10", "jwt_key": base64.b64encode(KEY).decode(), "token": "",
     }
     data.update(overrides)
     return data

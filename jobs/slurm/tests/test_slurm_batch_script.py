@@ -32,7 +32,7 @@ def test_the_script_starts_one_launcher_task_on_every_allocated_node():
     # one rank failing ends the step: srun kills the other ranks
     assert "--kill-on-bad-exit=1" in srun
     assert ("/opt/simpleai/venv/bin/python -m nodeagent.slurm_step run --work-dir /var/tmp/simpleai "
-            "--grace 25 --gpus auto --server-type g2") in srun
+            "--grace 25 --gpus auto --server-type g2 --metrics-interval 10") in srun
 
 
 def test_the_script_trades_the_launch_key_for_a_run_token_and_hides_the_key_from_the_tasks():

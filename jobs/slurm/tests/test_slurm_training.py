@@ -7,7 +7,10 @@ launchers run real PyTorch and ship their lines back over the WebSocket.
 
 from __future__ import annotations
 
+import time
+
 import pytest
+from rest_framework.test import APIClient
 
 from jobs import actions
 from jobs.models import JobAttempt, Placement, TrainingJob
@@ -28,7 +31,9 @@ def history(job: TrainingJob) -> list[str]:
 
 
 def test_a_two_node_ddp_job_runs_through_slurm_and_completes(alice, slurm_cluster, upload_script, object_store, e2e_settings):
-    job = slurm_job(alice, "slurm-ddp", "torchrun train_ddp.py --steps 8", gpus=2, script_url=upload_script("train_ddp.py"))
+    started = time.time()
+    command = """echo 'SIMPLEAI_METRIC {"step": 1, "loss": 0.5}'; torchrun train_ddp.py --steps 8 --sleep 0.2"""
+    job = slurm_job(alice, "slurm-ddp", command, gpus=2, script_url=upload_script("train_ddp.py"))
 
     job = wait_for_status(job.pk, "Completed", "Failed", timeout=120)
 
@@ -54,6 +59,19 @@ def test_a_two_node_ddp_job_runs_through_slurm_and_completes(alice, slurm_cluste
     bucket, _, prefix = job.result_url[len("s3://"):].partition("/")
     keys = [o["Key"] for o in object_store.client().list_objects_v2(Bucket=bucket, Prefix=prefix).get("Contents", [])]
     assert any(key.endswith("master/model.pt") for key in keys), keys
+    # the Monitoring tab's data: each node's GPUs (simulated here) and each stream's training metrics
+    api = APIClient()
+    api.force_authenticate(alice)
+    gpus = [line["label"] for line in metric_series(api, job, "GPUUtilization", started)]
+    assert {"n1 GPU 0", "n1 GPU 1", "n2 GPU 0", "n2 GPU 1"} <= set(gpus), gpus
+    loss = metric_series(api, job, "TrainingLoss", started)
+    assert sorted(line["dimensions"]["stream"] for line in loss) == ["master", "worker-1"]
+
+
+def metric_series(api, job: TrainingJob, metric: str, start: float) -> list[dict]:
+    response = api.get(f"/api/v1/training-jobs/{job.pk}/metrics/", {"metric": metric, "start": start, "end": time.time() + 1, "period": 10})
+    assert response.status_code == 200, response.content
+    return response.json()["series"]
 
 
 def test_a_failing_rank_fails_the_job_and_slurm_stops_the_other_rank(alice, slurm_cluster, idle_slurm, upload_script, e2e_settings):
