@@ -151,7 +151,6 @@ class Step:
     reason: str = ""
 
 
-_HOLDING = (JobStatus.CREATING, JobStatus.RUNNING)
 _TERMINAL = {
     JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.STOPPED, JobStatus.INTERNAL_ERROR,
     JobStatus.MAX_RETRIES_EXCEEDED, JobStatus.IMAGE_PULL_BACKOFF,
@@ -181,12 +180,16 @@ def decide(view: SlurmJobView | None, local: Local, shape: Shape, record: Comple
         return Step(Action.FAIL, "Slurm no longer knows the job and left no completion record")
     state = view.state if view is not None else record.state
     restart = view.restart_count if view is not None else local.run_restart
-    requeued = local.run_open and local.run_restart is not None and restart is not None and restart > local.run_restart
-    if requeued or (local.run_open and local.status in _HOLDING and state in WAITING_STATES):
+    if local.run_restart is not None and restart is not None and restart < local.run_restart:
+        return Step(Action.NOTHING, "an older view than the run the console knows")  # read before a redemption
+    # Slurm counts every requeue; a state alone could be a view read just before the run started
+    if local.run_open and local.run_restart is not None and restart is not None and restart > local.run_restart:
         ended = record.state if record is not None else ""
         nodes = record.nodes if record is not None else ()
         return _interrupted(local, interruption_text(ended, nodes, tuple(n for n in down_nodes if n in nodes)))
     if state in WAITING_STATES:
+        if local.run_open:
+            return Step(Action.NOTHING, "a view read just before the run started")
         return Step(Action.WAIT, waiting_text(view.reason if view is not None else "None", shape))
     if state in STARTING_STATES | RUNNING_STATES:
         if not local.run_open or local.run_restart != restart:

@@ -244,6 +244,31 @@ class LocalSlurm:
         return "\n".join(parts)
 
 
+def register(cluster: LocalSlurm, console_url: str, **fields):
+    """The console's registration of `cluster` as the Slurm cluster serving g3 (8 GPUs per node)."""
+    import sys
+
+    from django.conf import settings
+
+    from jobs.models import ServerType
+    from jobs.slurm.models import SlurmCluster
+
+    values = {
+        "name": "local", "server_type": ServerType.objects.get(name="g3"), "rest_url": cluster.rest_url,
+        "api_version": API_VERSION, "user_name": cluster.job_user, "on_demand_partition": "ondemand",
+        "spot_partition": "spot", "gpus_per_node": cluster.gpus_per_node, "console_url": console_url,
+        # the launcher runs from this checkout with this interpreter on both "nodes"
+        "launcher": f"env PYTHONPATH={settings.BASE_DIR} {sys.executable} -m nodeagent.slurm_step",
+        "work_dir": str(cluster.work_dir), "jobcomp_path": str(cluster.jobcomp), "stop_grace_seconds": 3,
+        "gpu_metrics": "simulated", "metrics_interval_seconds": 1, **fields,
+    }
+    row = SlurmCluster(**values)
+    row.set_jwt_key(cluster.jwt_key)
+    row.full_clean()
+    row.save()
+    return row
+
+
 def _stopped(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"

@@ -8,15 +8,13 @@ them; in CI (CI=true) a missing Slurm is a failure.
 from __future__ import annotations
 
 import os
-import sys
 
 import pytest
-from django.conf import settings
 
 from jobs.tests import conftest as personas
 from jobs.tests.e2e import conftest as e2e
 
-from .cluster import LocalSlurm, SlurmUnavailable
+from .cluster import LocalSlurm, SlurmUnavailable, register
 
 # the jobs tests' personas and the real console stack of the end-to-end tests
 alice, bob, staff = personas.alice, personas.bob, personas.staff
@@ -25,7 +23,7 @@ fast_password_hashing = personas.fast_password_hashing
 stack, e2e_settings, upload_script = e2e.stack, e2e.e2e_settings, e2e.upload_script
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-SERVER_TYPE = "g3"  # the Slurm-served type in these tests: 8 fake GPUs per node, like a g3 node
+
 
 
 @pytest.fixture(scope="session")
@@ -43,30 +41,23 @@ def slurm():
 
 
 @pytest.fixture
+def fake_slurm(monkeypatch):
+    """Registered clusters' slurmrestd answers from memory (fakes.FakeSlurm), for the Django-level tests."""
+    from jobs.slurm.models import SlurmCluster
+
+    from .fakes import FakeSlurm
+
+    fake = FakeSlurm()
+    monkeypatch.setattr(SlurmCluster, "client", lambda self, timeout=10.0: fake)
+    return fake
+
+
+@pytest.fixture
 def idle_slurm(slurm):
     """The cluster with no job of an earlier test left in it, before and after the test."""
     slurm.clear()
     yield slurm
     slurm.clear()
-
-
-def register(slurm_cluster: LocalSlurm, console_url: str, **fields):
-    """The console's registration of `slurm_cluster` as the one serving SERVER_TYPE."""
-    from jobs.models import ServerType
-    from jobs.slurm.models import SlurmCluster
-
-    cluster = SlurmCluster(
-        name="local", server_type=ServerType.objects.get(name=SERVER_TYPE), rest_url=slurm_cluster.rest_url,
-        api_version="v0.0.38", user_name=slurm_cluster.job_user, on_demand_partition="ondemand", spot_partition="spot",
-        gpus_per_node=slurm_cluster.gpus_per_node, console_url=console_url,
-        launcher=f"env PYTHONPATH={settings.BASE_DIR} {sys.executable} -m nodeagent.slurm_step",
-        work_dir=str(slurm_cluster.work_dir), jobcomp_path=str(slurm_cluster.jobcomp), stop_grace_seconds=3,
-        gpu_metrics="simulated", metrics_interval_seconds=1, **fields,
-    )
-    cluster.set_jwt_key(slurm_cluster.jwt_key)
-    cluster.full_clean()
-    cluster.save()
-    return cluster
 
 
 @pytest.fixture

@@ -10,11 +10,11 @@ from django.utils import timezone
 
 from jobs.models import TrainingJob
 from jobs.slurm import sync
-from jobs.slurm.models import SlurmCluster, SlurmJob
+from jobs.slurm.models import SlurmJob
 from workspaces.pricing import money
 from workspaces.usage import bill_queryset, job_bill
 
-from .fakes import FakeSlurm, cluster, g3_job
+from .fakes import cluster, g3_job
 
 pytestmark = pytest.mark.django_db
 
@@ -26,9 +26,8 @@ def local_time(moment) -> str:
     return moment.astimezone().strftime("%Y-%m-%dT%H:%M:%S")  # how slurmctld writes it (its local time)
 
 
-def test_a_slurm_job_is_charged_for_its_allocation_time_times_its_gpus(alice, alice_client, monkeypatch, tmp_path):
-    fake = FakeSlurm()
-    monkeypatch.setattr(SlurmCluster, "client", lambda self, timeout=10.0: fake)
+def test_a_slurm_job_is_charged_for_its_allocation_time_times_its_gpus(alice, alice_client, fake_slurm, tmp_path):
+    fake = fake_slurm
     cluster(jobcomp_path=str(tmp_path / "jobcomp.txt"))
     job = g3_job(alice, name="billed")  # 2 nodes × 4 GPUs at g3's on-demand $6.40 per GPU-hour
     sync.sync_all()

@@ -160,7 +160,15 @@ def test_a_requeue_of_a_job_without_failover_fails_it():
 
 
 def test_a_held_requeue_of_a_running_job_counts_as_an_interruption():
-    assert decide(view("REQUEUE_HOLD", "JobHeldAdmin"), SPOT, SHAPE).action is Action.PAUSE
+    assert decide(view("REQUEUE_HOLD", "JobHeldAdmin", restart=1), SPOT, SHAPE).action is Action.PAUSE
+
+
+def test_a_view_read_just_before_the_run_started_changes_nothing():
+    # the poll read PENDING; meanwhile the batch step redeemed its token and the run began
+    assert decide(view("PENDING", "Resources", nodes=()), RUNNING, SHAPE).action is Action.NOTHING
+    # the poll read the old run; meanwhile a redemption ended it and began run 1
+    later = dataclasses.replace(FAILOVER, run_restart=1)
+    assert decide(view("RUNNING", restart=0), later, SHAPE).action is Action.NOTHING
 
 
 def test_after_the_interruption_the_next_run_starts_a_new_attempt():

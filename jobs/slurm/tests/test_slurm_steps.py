@@ -17,30 +17,23 @@ from console.asgi import application
 from jobs import actions
 from jobs.models import JobAttempt, TrainingJob
 from jobs.slurm import runs, sync
-from jobs.slurm.models import SlurmCluster, SlurmJob, SlurmRun
+from jobs.slurm.models import SlurmJob, SlurmRun
 from monitoring.models import LogLine, MetricSeries
 from nodeagent.protocol import CLOSE_BAD_TOKEN
 from nodeagent.slurm_protocol import REDEEM_PATH, STEP_PATH
 
-from .fakes import FakeSlurm, cluster, g3_job
+from .fakes import cluster, g3_job
 
 pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)
 
 
 @pytest.fixture
-def slurm(monkeypatch) -> FakeSlurm:
-    fake = FakeSlurm()
-    monkeypatch.setattr(SlurmCluster, "client", lambda self, timeout=10.0: fake)
-    return fake
-
-
-@pytest.fixture
-def submitted(alice, slurm):
+def submitted(alice, fake_slurm):
     """A 2-node job submitted to the cluster (Slurm job 101); returns (job, launch key)."""
     cluster()
     job = g3_job(alice, failover_enabled=True)
     sync.sync_all()
-    return TrainingJob.objects.get(pk=job.pk), slurm.submitted[0][1]["environment"]["SIMPLEAI_LAUNCH_KEY"]
+    return TrainingJob.objects.get(pk=job.pk), fake_slurm.submitted[0][1]["environment"]["SIMPLEAI_LAUNCH_KEY"]
 
 
 def redeem(key: str, job_id: int, restart: int = 0, slurm_job_id: int = 101, nodelist: str = "n[1-2]"):
@@ -49,9 +42,9 @@ def redeem(key: str, job_id: int, restart: int = 0, slurm_job_id: int = 101, nod
 
 
 # -- redemption ----------------------------------------------------------------------------------
-def test_the_launch_key_buys_a_token_for_this_run_and_starts_its_attempt(submitted, slurm):
+def test_the_launch_key_buys_a_token_for_this_run_and_starts_its_attempt(submitted, fake_slurm):
     job, key = submitted
-    slurm.set(101, "RUNNING")
+    fake_slurm.set(101, "RUNNING")
 
     answer = redeem(key, job.pk)
 
@@ -62,9 +55,9 @@ def test_the_launch_key_buys_a_token_for_this_run_and_starts_its_attempt(submitt
     assert TrainingJob.objects.get(pk=job.pk).status == "Creating"
 
 
-def test_a_second_redemption_of_the_same_run_replaces_the_token(submitted, slurm):
+def test_a_second_redemption_of_the_same_run_replaces_the_token(submitted, fake_slurm):
     job, key = submitted
-    slurm.set(101, "RUNNING")
+    fake_slurm.set(101, "RUNNING")
     first = redeem(key, job.pk).json()["token"]
 
     second = redeem(key, job.pk).json()["token"]
@@ -73,11 +66,11 @@ def test_a_second_redemption_of_the_same_run_replaces_the_token(submitted, slurm
     assert JobAttempt.objects.filter(job=job).count() == 1
 
 
-def test_a_requeued_run_redeemed_before_the_poll_saw_it_fails_over_first(submitted, slurm):
+def test_a_requeued_run_redeemed_before_the_poll_saw_it_fails_over_first(submitted, fake_slurm):
     job, key = submitted
-    slurm.set(101, "RUNNING")
+    fake_slurm.set(101, "RUNNING")
     redeem(key, job.pk)
-    slurm.set(101, "RUNNING", restart=1, nodes=("n2", "n3"))  # NODE_FAIL on n1, already running again
+    fake_slurm.set(101, "RUNNING", restart=1, nodes=("n2", "n3"))  # NODE_FAIL on n1, already running again
 
     answer = redeem(key, job.pk, restart=1, nodelist="n[2-3]")
 
@@ -89,14 +82,14 @@ def test_a_requeued_run_redeemed_before_the_poll_saw_it_fails_over_first(submitt
 
 
 @pytest.mark.parametrize(("key", "status"), [("wrong-key", 403), ("", 403)])
-def test_a_wrong_launch_key_is_refused(submitted, slurm, key, status):
+def test_a_wrong_launch_key_is_refused(submitted, fake_slurm, key, status):
     job, _ = submitted
     answer = redeem(key, job.pk)
     assert answer.status_code == status and answer.json() == {"error": "unknown job or wrong launch key"}
     assert not SlurmRun.objects.exists()
 
 
-def test_another_jobs_key_buys_nothing(submitted, slurm, bob):
+def test_another_jobs_key_buys_nothing(submitted, fake_slurm, bob):
     job, key = submitted
     other = g3_job(bob, name="bobs")
     sync.sync_all()
@@ -111,9 +104,9 @@ def test_a_malformed_redemption_is_a_400_naming_the_problem(submitted):
     assert answer.status_code == 400 and "malformed request" in answer.json()["error"]
 
 
-def test_a_run_of_a_deleted_job_is_not_wanted(submitted, slurm):
+def test_a_run_of_a_deleted_job_is_not_wanted(submitted, fake_slurm):
     job, key = submitted
-    slurm.set(101, "RUNNING")
+    fake_slurm.set(101, "RUNNING")
     redeem(key, job.pk)
     actions.delete_job(job.pk)  # Terminating
 
@@ -121,7 +114,7 @@ def test_a_run_of_a_deleted_job_is_not_wanted(submitted, slurm):
 
     assert answer.status_code == 409
     assert "the job is Terminating" in answer.json()["error"]
-    assert slurm.cancelled == [101]
+    assert fake_slurm.cancelled == [101]
 
 
 # -- the WebSocket ----------------------------------------------------------------------------
@@ -150,9 +143,9 @@ async def connect(token: str, node: str) -> tuple[WebsocketCommunicator, dict, d
 
 
 @pytest.fixture
-def token(submitted, slurm):
+def token(submitted, fake_slurm):
     job, key = submitted
-    slurm.set(101, "RUNNING")
+    fake_slurm.set(101, "RUNNING")
     return redeem(key, job.pk).json()["token"]
 
 
@@ -212,7 +205,7 @@ async def test_a_launcher_writes_only_its_own_job_attempt_and_stream(submitted, 
 
 
 @synced
-async def test_both_nodes_running_make_the_job_running_and_a_later_run_fences_the_old_token(submitted, token, slurm):
+async def test_both_nodes_running_make_the_job_running_and_a_later_run_fences_the_old_token(submitted, token, fake_slurm):
     job, key = submitted
     sockets = [(await connect(token, node))[0] for node in ("n1", "n2")]
     for socket, role in zip(sockets, ("master", "worker-1"), strict=True):
@@ -220,7 +213,7 @@ async def test_both_nodes_running_make_the_job_running_and_a_later_run_fences_th
         await socket.receive_json_from(timeout=5)
     assert (await sync_to_async(TrainingJob.objects.get)(pk=job.pk)).status == "Running"
 
-    slurm.set(101, "RUNNING", restart=1)  # requeued after a node failure, running again
+    fake_slurm.set(101, "RUNNING", restart=1)  # requeued after a node failure, running again
     await sync_to_async(redeem)(key, job.pk, restart=1)
     await sockets[0].send_json_to({"type": "logs", "msg_id": 2, "job_id": job.pk, "attempt": 1, "stream": "master",
                                    "lines": [[5, 1.0, "from the old run"]]})

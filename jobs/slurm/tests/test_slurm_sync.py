@@ -17,21 +17,13 @@ from jobs.slurm.client import SlurmRefused, SlurmUnreachable
 from jobs.slurm.models import SlurmCluster, SlurmJob
 from jobs.tasks import schedule_jobs
 
-from .fakes import NOW, FakeSlurm, cluster, g3_job
+from .fakes import NOW, cluster, g3_job
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def slurm(monkeypatch) -> FakeSlurm:
-    """A registered cluster whose slurmrestd answers from memory."""
-    fake = FakeSlurm()
-    monkeypatch.setattr(SlurmCluster, "client", lambda self, timeout=10.0: fake)
-    return fake
-
-
-@pytest.fixture
-def local(slurm, tmp_path) -> SlurmCluster:
+def local(fake_slurm, tmp_path) -> SlurmCluster:
     return cluster(jobcomp_path=str(tmp_path / "jobcomp.txt"))
 
 
@@ -61,14 +53,14 @@ def slurm_id(job: TrainingJob) -> int:
     ({"failover_enabled": True}, "ondemand", True),
     ({"learning_type": "spot"}, "spot", True),
 ])
-def test_a_waiting_job_is_submitted_once_with_its_shape_and_partition(alice, local, slurm, fields, partition, requeue):
+def test_a_waiting_job_is_submitted_once_with_its_shape_and_partition(alice, local, fake_slurm, fields, partition, requeue):
     job = g3_job(alice, **fields)
 
     sync.sync_all()
     sync.sync_all()
 
-    assert len(slurm.submitted) == 1
-    script, properties = slurm.submitted[0]
+    assert len(fake_slurm.submitted) == 1
+    script, properties = fake_slurm.submitted[0]
     assert properties["nodes"] == 2 and properties["gres"] == "gpu:4"
     assert properties["partition"] == partition and properties["requeue"] is requeue
     assert "srun" in script and "nodeagent.slurm_step run" in script
@@ -80,8 +72,8 @@ def test_a_waiting_job_is_submitted_once_with_its_shape_and_partition(alice, loc
     assert key not in SlurmJob.objects.get(job=job).launch_key_hash
 
 
-def test_slurms_refusal_fails_the_job_with_slurms_words(alice, local, slurm):
-    slurm.refuse = SlurmRefused("Requested node configuration is not available")
+def test_slurms_refusal_fails_the_job_with_slurms_words(alice, local, fake_slurm):
+    fake_slurm.refuse = SlurmRefused("Requested node configuration is not available")
     job = g3_job(alice)
 
     sync.sync_all()
@@ -92,63 +84,63 @@ def test_slurms_refusal_fails_the_job_with_slurms_words(alice, local, slurm):
     assert list(job.status_changes.values_list("new_status", flat=True)) == ["Pending", "Failed"]
 
 
-def test_an_unreachable_cluster_keeps_the_job_waiting_and_says_why(alice, local, slurm):
-    slurm.error = SlurmUnreachable("slurmrestd at http://slurm.test:6820 is unreachable: [Errno 111] Connection refused")
+def test_an_unreachable_cluster_keeps_the_job_waiting_and_says_why(alice, local, fake_slurm):
+    fake_slurm.error = SlurmUnreachable("slurmrestd at http://fake_slurm.test:6820 is unreachable: [Errno 111] Connection refused")
     job = g3_job(alice)
 
     sync.sync_all()
 
     job = reload(job)
     assert job.status == "Pending"
-    assert job.status_reason == ("Waiting for Slurm cluster local: slurmrestd at http://slurm.test:6820 is unreachable: "
+    assert job.status_reason == ("Waiting for Slurm cluster local: slurmrestd at http://fake_slurm.test:6820 is unreachable: "
                                  "[Errno 111] Connection refused; retrying")
     assert "Connection refused" in SlurmCluster.objects.get().last_error
 
-    slurm.error = None
+    fake_slurm.error = None
     sync.sync_all()
     assert reload(job).status_reason.startswith("Slurm job ")
     assert SlurmCluster.objects.get().last_error == ""
 
 
-def test_a_job_asking_more_gpus_per_node_than_the_nodes_have_fails(alice, local, slurm):
+def test_a_job_asking_more_gpus_per_node_than_the_nodes_have_fails(alice, local, fake_slurm):
     SlurmCluster.objects.update(gpus_per_node=2)  # staff changed the cluster after the job was created
     job = g3_job(alice)
 
     sync.sync_all()
 
     assert reload(job).status_reason == "Slurm cluster local has 2 GPUs per node; the job asks for 4"
-    assert slurm.submitted == []
+    assert fake_slurm.submitted == []
 
 
-def test_a_submission_the_console_could_not_record_is_adopted_not_repeated(alice, local, slurm):
+def test_a_submission_the_console_could_not_record_is_adopted_not_repeated(alice, local, fake_slurm):
     job = g3_job(alice)
     sync.sync_all()
     SlurmJob.objects.update(slurm_job_id=None)  # as if the console stopped right after submitting
 
     sync.sync_all()
 
-    assert len(slurm.submitted) == 1
+    assert len(fake_slurm.submitted) == 1
     assert slurm_id(job) == 101
 
 
-def test_disabled_clusters_submit_nothing(alice, local, slurm):
+def test_disabled_clusters_submit_nothing(alice, local, fake_slurm):
     SlurmCluster.objects.update(enabled=False)
     g3_job(alice)
     sync.sync_all()
-    assert slurm.submitted == []
+    assert fake_slurm.submitted == []
 
 
 # -- following Slurm ---------------------------------------------------------------------------
-def test_the_job_follows_slurm_from_queued_to_completed_with_the_records_exit_code(alice, local, slurm):
+def test_the_job_follows_slurm_from_queued_to_completed_with_the_records_exit_code(alice, local, fake_slurm):
     job = g3_job(alice)
     sync.sync_all()
     sid = slurm_id(job)
 
-    slurm.set(sid, "PENDING", "Priority", nodes=())
+    fake_slurm.set(sid, "PENDING", "Priority", nodes=())
     sync.sync_all()
     assert reload(job).status_reason == f"Slurm job {sid} on local: queued behind jobs of higher priority in partition ondemand"
 
-    slurm.set(sid, "RUNNING")
+    fake_slurm.set(sid, "RUNNING")
     sync.sync_all()
     job = reload(job)
     assert job.status == "Creating"
@@ -158,7 +150,7 @@ def test_the_job_follows_slurm_from_queued_to_completed_with_the_records_exit_co
     assert [(p.node_name, p.role, p.node, p.started_at) for p in placements] == [
         ("n1", "master", None, NOW), ("n2", "worker-1", None, NOW)]
 
-    slurm.set(sid, "COMPLETED")
+    fake_slurm.set(sid, "COMPLETED")
     jobcomp(local, record(sid, "COMPLETED"))
     sync.sync_all()
 
@@ -173,14 +165,14 @@ def test_the_job_follows_slurm_from_queued_to_completed_with_the_records_exit_co
     assert SlurmJob.objects.get(job=job).finished_at is not None
 
 
-def test_an_out_of_memory_kill_fails_the_job_saying_so(alice, local, slurm):
+def test_an_out_of_memory_kill_fails_the_job_saying_so(alice, local, fake_slurm):
     job = g3_job(alice)
     sync.sync_all()
     sid = slurm_id(job)
-    slurm.set(sid, "RUNNING")
+    fake_slurm.set(sid, "RUNNING")
     sync.sync_all()
 
-    slurm.set(sid, "OUT_OF_MEMORY")
+    fake_slurm.set(sid, "OUT_OF_MEMORY")
     jobcomp(local, record(sid, "OUT_OF_MEMORY", "0:125"))
     sync.sync_all()
 
@@ -189,63 +181,63 @@ def test_an_out_of_memory_kill_fails_the_job_saying_so(alice, local, slurm):
     assert job.status_reason == "Out of memory: the job exceeded its memory on n1, n2 (Slurm OUT_OF_MEMORY)"
 
 
-def test_the_fourth_node_failure_gives_up_and_cancels_the_requeued_job(alice, local, slurm):
+def test_the_fourth_node_failure_gives_up_and_cancels_the_requeued_job(alice, local, fake_slurm):
     job = g3_job(alice, failover_enabled=True)
     sync.sync_all()
     sid = slurm_id(job)
-    slurm.set(sid, "RUNNING")
+    fake_slurm.set(sid, "RUNNING")
     sync.sync_all()
     TrainingJob.objects.filter(pk=job.pk).update(failover_count=3)
 
-    slurm.set(sid, "PENDING", "BeginTime", restart=1, nodes=())
-    slurm.down = {"n1": "idle", "n2": "down*"}
+    fake_slurm.set(sid, "PENDING", "BeginTime", restart=1, nodes=())
+    fake_slurm.down = {"n1": "idle", "n2": "down*"}
     jobcomp(local, record(sid, "NODE_FAIL", "0:0"))
     sync.sync_all()
 
     job = reload(job)
     assert job.status == "Pending - maxretriesexceeded"
     assert job.status_reason == "3 failovers done; not running it again after node n2 failed (Slurm NODE_FAIL)"
-    assert slurm.cancelled == [sid]
+    assert fake_slurm.cancelled == [sid]
 
 
-def test_deleting_a_queued_job_cancels_it_in_slurm(alice, local, slurm):
+def test_deleting_a_queued_job_cancels_it_in_slurm(alice, local, fake_slurm):
     job = g3_job(alice)
     sync.sync_all()
     sid = slurm_id(job)
 
     assert actions.delete_job(job.pk) == "deleted"
     sync.sync_all()
-    assert slurm.cancelled == [sid]
+    assert fake_slurm.cancelled == [sid]
 
-    slurm.set(sid, "CANCELLED", nodes=())
+    fake_slurm.set(sid, "CANCELLED", nodes=())
     sync.sync_all()
     assert SlurmJob.objects.get(training_job_id=job.pk).finished_at is not None
 
 
-def test_deleting_a_running_job_waits_for_slurm_to_end_it(alice, local, slurm):
+def test_deleting_a_running_job_waits_for_slurm_to_end_it(alice, local, fake_slurm):
     job = g3_job(alice)
     sync.sync_all()
     sid = slurm_id(job)
-    slurm.set(sid, "RUNNING")
+    fake_slurm.set(sid, "RUNNING")
     sync.sync_all()
 
     assert actions.delete_job(job.pk) == "terminating"
     sync.sync_all()
-    assert slurm.cancelled == [sid] and reload(job).status == "Terminating"
+    assert fake_slurm.cancelled == [sid] and reload(job).status == "Terminating"
     sync.sync_all()
-    assert slurm.cancelled == [sid]  # not repeated within CANCEL_RESEND_SECONDS
+    assert fake_slurm.cancelled == [sid]  # not repeated within CANCEL_RESEND_SECONDS
 
-    slurm.set(sid, "CANCELLED")
+    fake_slurm.set(sid, "CANCELLED")
     sync.sync_all()
     assert not TrainingJob.objects.filter(pk=job.pk).exists()
 
 
-def test_a_job_cancelled_in_slurm_by_someone_else_fails(alice, local, slurm):
+def test_a_job_cancelled_in_slurm_by_someone_else_fails(alice, local, fake_slurm):
     job = g3_job(alice)
     sync.sync_all()
     sid = slurm_id(job)
 
-    slurm.set(sid, "CANCELLED", nodes=())
+    fake_slurm.set(sid, "CANCELLED", nodes=())
     sync.sync_all()
 
     job = reload(job)
@@ -254,7 +246,7 @@ def test_a_job_cancelled_in_slurm_by_someone_else_fails(alice, local, slurm):
 
 
 # -- the scheduler's hook ------------------------------------------------------------------------
-def test_the_agents_scheduler_never_places_a_slurm_served_job_on_an_agent_node(alice, local, slurm, monkeypatch,
+def test_the_agents_scheduler_never_places_a_slurm_served_job_on_an_agent_node(alice, local, fake_slurm, monkeypatch,
                                                                                django_capture_on_commit_callbacks):
     node = Node.objects.create(name="agent-g3", server_type=ServerType.objects.get(name="g3"), address="10.1.1.1", connected=True)
     NodeGPU.objects.bulk_create([NodeGPU(node=node, index=i, uuid=f"u{i}", model="B300", memory_gb=288) for i in range(8)])
