@@ -27,13 +27,9 @@ SHAPES = [(2, 4), (1, 8), (1, 2), (2, 1), (1, 1)]  # (nodes, GPUs per node), cyc
 
 
 def wait_for(predicate, timeout: float = 120.0, interval: float = 0.01):
-    deadline = time.perf_counter() + timeout
-    while time.perf_counter() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise TimeoutError("timed out")
+    from jobs.tests.e2e.stack import wait_until
+
+    return wait_until(predicate, timeout=timeout, interval=interval)
 
 
 def job_payload(name: str, server_type: str, command: str, nodes: int = 1, gpus: int = 1) -> dict:
