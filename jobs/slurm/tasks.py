@@ -12,14 +12,20 @@ SYNC_LOCK_ID = 0x5A1_57A1
 
 
 @shared_task(acks_late=True, ignore_result=True)
-def sync_slurm() -> None:
+def sync_slurm() -> bool:
+    """One pass over every cluster; False when another pass was running (this one is not needed:
+    the running one, or the next beat tick, sees everything — a burst of job creations that each
+    ask for a pass costs one pass, not one each)."""
     if connection.vendor != "postgresql":
         sync.sync_all()
-        return
+        return True
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_lock(%s)", [SYNC_LOCK_ID])
+        cursor.execute("SELECT pg_try_advisory_lock(%s)", [SYNC_LOCK_ID])
+        if not cursor.fetchone()[0]:
+            return False
     try:
         sync.sync_all()
     finally:
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_unlock(%s)", [SYNC_LOCK_ID])
+    return True
