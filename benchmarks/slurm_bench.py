@@ -41,12 +41,12 @@ def job_payload(name: str, server_type: str, command: str, nodes: int = 1, gpus:
     }
 
 
-def time_one_start(stack: BenchStack, token: str, backend: str, run: int) -> tuple[float, float, float, float]:
-    from jobs.models import TrainingJob
+def time_one_start(stack: BenchStack, token: str, backend: str, run: int) -> tuple[float, ...]:
+    from jobs.models import JobStatusChange, TrainingJob
     from monitoring.models import LogLine
 
     marker = f"first-line-{backend}-{run}"
-    began = time.perf_counter()
+    began, wall = time.perf_counter(), time.time()
     job_id = http.post_json(f"{stack.url}/api/v1/training-jobs/", token, job_payload(
         f"start-{backend}-{run}", "g2" if backend == "agents" else "g3", f"echo {marker}"))["id"]
     answered = time.perf_counter()
@@ -55,7 +55,10 @@ def time_one_start(stack: BenchStack, token: str, backend: str, run: int) -> tup
     wait_for(lambda: LogLine.objects.filter(job_id=job_id, text=marker).exists())
     command_line = time.perf_counter()
     wait_for(lambda: TrainingJob.objects.filter(pk=job_id, status="Completed").exists())
-    return answered - began, first_line - began, command_line - began, time.perf_counter() - began
+    completed = time.perf_counter()
+    # nodes assigned: the agents' scheduler placed it, or Slurm allocated it and the batch step redeemed its key
+    creating = JobStatusChange.objects.get(job_id=job_id, new_status="Creating").created_at.timestamp() - wall
+    return answered - began, creating, first_line - began, command_line - began, completed - began
 
 
 def part_one(stack: BenchStack, token: str, runs: int) -> None:
@@ -67,7 +70,8 @@ def part_one(stack: BenchStack, token: str, runs: int) -> None:
             time.sleep(0.5)
     print(f"\n1. Submit → first log line, {runs} runs each, alternating (seconds from the API call; medians, p90 in brackets)")
     print(f"   {'':<28}{'agents':>16}{'Slurm':>16}{'Slurm / agents':>16}")
-    for label, index in (("API answered", 0), ("first log line", 1), ("command's first line", 2), ("Completed", 3)):
+    for label, index in (("API answered", 0), ("nodes assigned (Creating)", 1), ("first log line", 2),
+                         ("command's first line", 3), ("Completed", 4)):
         cells = []
         for backend in ("agents", "slurm"):
             values = [row[index] for row in rows[backend]]

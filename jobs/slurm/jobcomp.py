@@ -9,7 +9,9 @@ zone (run both in UTC).
 
 from __future__ import annotations
 
+import os
 import re
+import threading
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -79,10 +81,59 @@ def parse(lines: Iterable[str], job_ids: Iterable[int]) -> dict[int, list[Comple
     return dict(found)
 
 
+class Follower:
+    """Follows one growing jobcomp file: each call reads only the bytes added since the last one.
+
+    slurmctld appends a line per ended run; the poll asks every few seconds, so re-reading a file
+    that grows for years would not do. A rotated file (new inode, or shorter than what was read)
+    is read from its start; records already seen are kept and not repeated.
+    """
+
+    MAX_JOBS = 100_000  # records of the newest this many Slurm jobs are kept in memory
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.offset = 0
+        self.inode: int | None = None
+        self.records: dict[int, list[CompletionRecord]] = {}
+        self.lock = threading.Lock()  # Celery's thread pool may run two passes of one cluster
+
+    def records_for(self, job_ids: Iterable[int]) -> dict[int, list[CompletionRecord]]:
+        with self.lock:
+            self._catch_up()
+            return {job_id: list(self.records[job_id]) for job_id in job_ids if job_id in self.records}
+
+    def _catch_up(self) -> None:
+        try:
+            stat = os.stat(self.path)
+        except FileNotFoundError:
+            return
+        if stat.st_ino != self.inode or stat.st_size < self.offset:
+            self.inode, self.offset = stat.st_ino, 0
+        if stat.st_size == self.offset:
+            return
+        with open(self.path, "rb") as file:
+            file.seek(self.offset)
+            data = file.read(stat.st_size - self.offset)
+        complete = data.rfind(b"\n") + 1  # a line slurmctld is still writing waits for the next call
+        self.offset += complete
+        for line in data[:complete].decode("utf-8", errors="replace").splitlines():
+            record = parse_line(line)
+            if record is None:
+                continue
+            runs = self.records.setdefault(record.job_id, [])
+            if record not in runs:
+                runs.append(record)
+        while len(self.records) > self.MAX_JOBS:
+            self.records.pop(next(iter(self.records)))
+
+
+_followers: dict[str, Follower] = {}
+_followers_lock = threading.Lock()
+
+
 def read(path: str, job_ids: Iterable[int]) -> dict[int, list[CompletionRecord]]:
-    """Records from the file at `path`; none when it does not exist (yet)."""
-    try:
-        with open(Path(path), encoding="utf-8", errors="replace") as file:
-            return parse(file, job_ids)
-    except FileNotFoundError:
-        return {}
+    """Records of these jobs in the file at `path`, oldest first; none when it does not exist (yet)."""
+    with _followers_lock:
+        follower = _followers.setdefault(str(Path(path)), Follower(str(Path(path))))
+    return follower.records_for(job_ids)

@@ -219,6 +219,9 @@ def _carry_out(step: Step, slurm_job: SlurmJob, job: TrainingJob, run: SlurmRun 
         state = record.state if record is not None else (view.state if view is not None else "")
         # a command that failed: name the node and its evidence; other states say it all themselves
         reason = runs.failure_reason(open_run, step.reason) if state == "FAILED" else _capitalise(step.reason)
+        if state == "FAILED" and run is None:
+            reason = (f"The batch script failed before the step launchers started ({step.reason}); its output is "
+                      f"{cluster.work_dir.rstrip('/')}/slurm-{slurm_job.slurm_job_id}.out on the job's first node")
         if open_run is not None:
             _close(open_run, view, record)
         failover.end_attempt(job, step.reason)

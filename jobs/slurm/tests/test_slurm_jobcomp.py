@@ -42,3 +42,26 @@ def test_lines_that_are_no_records_are_ignored():
     assert jobcomp.parse_line("") is None
     assert jobcomp.parse_line("JobId=abc JobState=FAILED") is None
     assert jobcomp.parse_line("JobId=3 Name=x") is None
+
+
+def test_a_growing_file_is_read_from_where_the_last_read_stopped(tmp_path):
+    path = tmp_path / "jobcomp.txt"
+    follower = jobcomp.Follower(str(path))
+    assert follower.records_for([8]) == {}
+    path.write_text(PREEMPTED + "\n" + RESUMED[:40])  # slurmctld is still writing the second line
+    assert [r.state for r in follower.records_for([8])[8]] == ["PREEMPTED"]
+    with open(path, "a") as file:
+        file.write(RESUMED[40:] + "\n")
+    assert [r.state for r in follower.records_for([8])[8]] == ["PREEMPTED", "COMPLETED"]
+    assert follower.offset == path.stat().st_size
+
+
+def test_a_rotated_file_is_read_from_its_start_without_repeating_records(tmp_path):
+    path = tmp_path / "jobcomp.txt"
+    path.write_text(PREEMPTED + "\n")
+    follower = jobcomp.Follower(str(path))
+    follower.records_for([8])
+    path.rename(tmp_path / "jobcomp.txt.1")
+    path.write_text(PREEMPTED + "\n" + FAILED + "\n")  # copied over, then new lines
+    records = follower.records_for([1, 8])
+    assert [r.state for r in records[8]] == ["PREEMPTED"] and [r.state for r in records[1]] == ["FAILED"]

@@ -264,3 +264,18 @@ def test_the_agents_scheduler_never_places_a_slurm_served_job_on_an_agent_node(a
     for callback in callbacks:
         callback()
     assert calls == ["sync_slurm"]
+
+
+def test_a_batch_script_that_fails_before_its_launchers_start_says_where_its_output_is(alice, local, fake_slurm):
+    job = g3_job(alice)
+    sync.sync_all()
+    sid = slurm_id(job)
+
+    fake_slurm.set(sid, "FAILED")
+    jobcomp(local, record(sid, "FAILED", "1:0"))
+    sync.sync_all()
+
+    job = reload(job)
+    assert job.status == "Failed"
+    assert job.status_reason == (f"The batch script failed before the step launchers started (the command failed on n1, n2 "
+                                 f"(Slurm FAILED, exit code 1)); its output is /var/tmp/simpleai/slurm-{sid}.out on the job's first node")
