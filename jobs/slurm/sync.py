@@ -18,7 +18,7 @@ from django.utils import timezone
 from .. import actions, failover, lifecycle
 from ..choices import WAITING_STATUSES, JobStatus, LearningType
 from ..models import TrainingJob
-from . import jobcomp, runs
+from . import jobcomp, quotas, runs
 from .adapters import SlurmJobView
 from .batch_script import BatchSpec, build_batch_script, job_id_from_name, submission
 from .client import SlurmClient, SlurmError, SlurmRefused
@@ -98,7 +98,12 @@ def submit_waiting(cluster: SlurmCluster, client: SlurmClient, views: dict[int, 
         slurm__slurm_job_id__isnull=False,
     ).order_by("created_at", "pk")
     ours = {job_id_from_name(view.name): view.job_id for view in views.values() if job_id_from_name(view.name)}
-    for job in waiting.select_related("server_type"):
+    jobs = list(waiting.select_related("server_type", "owner"))
+    held = quotas.holds([job for job in jobs if job.pk not in ours])
+    for job in jobs:
+        if job.pk in held:
+            lifecycle.set_waiting_reason(job.pk, held[job.pk][:500])
+            continue
         submit(cluster, client, job, ours)
 
 

@@ -130,6 +130,25 @@ def test_disabled_clusters_submit_nothing(alice, local, fake_slurm):
     assert fake_slurm.submitted == []
 
 
+def test_a_job_over_its_owners_gpu_quota_waits_in_the_console_not_in_slurm(alice, local, fake_slurm):
+    from workspaces.models import Quota
+
+    Quota.objects.create(user=alice, max_gpus_in_use=8)
+    first = g3_job(alice, name="first")  # 2 nodes × 4 GPUs: the whole quota
+    second = g3_job(alice, name="second")
+
+    sync.sync_all()
+
+    assert [properties["name"] for _, properties in fake_slurm.submitted] == [f"simpleai-{first.pk}-first"]
+    assert reload(second).status_reason == ("Waiting for your GPU quota: 8 of 8 GPUs in use, this job needs 8 "
+                                            "(quota: maximum GPUs in use at once)")
+    fake_slurm.set(slurm_id(first), "COMPLETED")
+    jobcomp(local, record(slurm_id(first), "COMPLETED"))
+    sync.sync_all()  # the first one ends…
+    sync.sync_all()  # …and the second one goes to Slurm
+    assert len(fake_slurm.submitted) == 2
+
+
 # -- following Slurm ---------------------------------------------------------------------------
 def test_the_job_follows_slurm_from_queued_to_completed_with_the_records_exit_code(alice, local, fake_slurm):
     job = g3_job(alice)
