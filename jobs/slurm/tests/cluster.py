@@ -51,7 +51,9 @@ class LocalSlurm:
     nodes: tuple[str, ...] = ("n1", "n2")
     gpus_per_node: int = 8
     cpus_per_node: int = 8
-    job_user: str = "root"  # the service user jobs run as (the venv's Python must be readable by it)
+    # the service user jobs run as: root here, because this checkout's interpreter lives under /root
+    # (mode 0700) where no other user can run it; slurmrestd itself runs as `nobody`
+    job_user: str = "root"
     slurmd_timeout: int = 5  # a stopped slurmd makes its node DOWN (NODE_FAIL) after about 20 s
     cred_expire: int = 5  # also the delay before Slurm starts a requeued job again (default 120 s, minimum 5)
     kill_wait: int = 5  # SIGTERM → KillWait → SIGKILL on cancel, preemption and time limit
