@@ -23,18 +23,24 @@ from django.urls import path  # noqa: E402
 
 from jobs.agent_consumer import AgentConsumer  # noqa: E402
 from jobs.routing import websocket_urlpatterns as job_routes  # noqa: E402
+from jobs.slurm.consumer import SlurmStepConsumer  # noqa: E402
 from monitoring.routing import websocket_urlpatterns as log_routes  # noqa: E402
 from nodeagent.protocol import AGENT_PATH  # noqa: E402
+from nodeagent.slurm_protocol import STEP_PATH  # noqa: E402
 
 # Browsers authenticate with their session (and must come from an allowed origin);
 # agents send no Origin and authenticate with their bearer token inside AgentConsumer.
 browsers = AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(job_routes + log_routes)))
 agents = URLRouter([path(AGENT_PATH.strip("/") + "/", AgentConsumer.as_asgi())])
+# Slurm step launchers: like agents, no Origin; a run's bearer token checked in the consumer
+slurm_steps = URLRouter([path(STEP_PATH.strip("/") + "/", SlurmStepConsumer.as_asgi())])
 
 
 async def websocket_router(scope, receive, send):
     if scope["path"] == AGENT_PATH:
         return await agents(scope, receive, send)
+    if scope["path"] == STEP_PATH:
+        return await slurm_steps(scope, receive, send)
     return await browsers(scope, receive, send)
 
 

@@ -42,6 +42,7 @@ INSTALLED_APPS = [
     "channels",
     "console",
     "jobs",
+    "jobs.slurm",
     "workspaces",
     "monitoring",
 ]
@@ -185,6 +186,8 @@ CELERY_BEAT_SCHEDULE["purge-metrics"] = {"task": "monitoring.tasks.purge_metrics
 # Training Workspaces and the warm pool: a job's nodes stay warm for its keep-alive (default 10
 # minutes, at most this many); beat reserves and releases workspace nodes every scheduler tick.
 WARM_POOL_MAX_KEEP_ALIVE_MINUTES = env_int("WARM_POOL_MAX_KEEP_ALIVE_MINUTES", 60, minimum=0)
+# Slurm clusters (jobs.slurm): submit waiting jobs and follow Slurm's states every scheduler tick.
+CELERY_BEAT_SCHEDULE["sync-slurm"] = {"task": "jobs.slurm.tasks.sync_slurm", "schedule": float(SCHEDULER_TICK_SECONDS)}
 CELERY_BEAT_SCHEDULE["reconcile-workspaces"] = {"task": "workspaces.tasks.reconcile_workspaces", "schedule": float(SCHEDULER_TICK_SECONDS)}
 
 LOGGING = {

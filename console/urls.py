@@ -20,6 +20,7 @@ urlpatterns = [
     path("dashboard/", include("monitoring.urls")),
     path("api/v1/training-jobs/<int:pk>/logs/", JobLogsView.as_view(), name="api-job-logs"),
     path("api/v1/training-jobs/<int:pk>/metrics/", JobMetricsView.as_view(), name="api-job-metrics"),
+    path("api/v1/slurm/", include("jobs.slurm.urls")),  # the launch-key redemption (nodeagent.slurm_protocol)
     path("api/v1/", include("jobs.api.urls")),
     path("api/v1/", include("workspaces.api.urls")),
     path("", include("workspaces.urls")),  # /workspaces/, /usage/, /quotas/

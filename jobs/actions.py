@@ -107,6 +107,12 @@ def set_waiting_reasons(jobs: Mapping[TrainingJob, str]) -> int:
     return changed
 
 
+def set_waiting_reason(job_id: int, reason: str) -> int:
+    """One waiting job's reason (see set_waiting_reasons)."""
+    job = TrainingJob.objects.filter(pk=job_id).only("pk", "owner_id", "status", "status_reason").first()
+    return set_waiting_reasons({job: reason}) if job is not None else 0
+
+
 @transaction.atomic
 def replace_tags(job: TrainingJob, tags: Iterable[Mapping[str, str]]) -> None:
     """Set the job's tags to exactly `tags` (already validated)."""

@@ -1,64 +1,32 @@
 """The console's end of a node agent's WebSocket (protocol in nodeagent.protocol).
 
-Thin: it checks each message against the protocol (nodeagent.protocol_checks) and calls
-jobs.nodes / jobs.lifecycle / monitoring.ingest. Messages are handled one at a time per
-connection, in order, so `ack` can be cumulative. What can go wrong with one message stays with
-that message:
-
-- malformed, out of range, or a write this node may not make: refused — an `error` naming it,
-  then `ack` (the agent drops it), and a copy for staff (RejectedAgentMessage); never a 1011;
-- the console's database is away: `error` with `retry` and close 1013, nothing acknowledged —
-  the agent keeps its messages and its jobs, and reconnects later.
-
-One connection per node: a hello opens a new session of the node and the older connection (if
-any) is closed with 4409.
+Thin: jobs.agent_socket checks each message and keeps a bad one from jamming the node; this
+calls jobs.nodes / jobs.lifecycle / monitoring.ingest. Messages are handled one at a time per
+connection, in order, so `ack` can be cumulative. One connection per node: a hello opens a new
+session of the node and the older connection (if any) is closed with 4409.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import time
-from typing import Any
 
-from channels.exceptions import StopConsumer
-from channels.generic.websocket import AsyncWebsocketConsumer
 from redis.exceptions import RedisError
 
 from monitoring import ingest, metrics_ingest
 from nodeagent import protocol
-from nodeagent.protocol_checks import Invalid, acknowledgeable, check
 
 from . import lifecycle, nodes
 from .agent_db import OUTAGE_ERRORS, agent_db
-from .agent_writes import RefusedWrite
+from .agent_socket import ProtocolConsumer, bearer_token
 from .heartbeats import BOOK
-from .models import RejectedAgentMessage
 from .notify import node_group
 
 log = logging.getLogger(__name__)
 RESYNC_EVERY_HEARTBEATS = 5
-MAX_KEPT_BODY = 65_536
 
 
-def _bearer_token(scope) -> str:
-    for name, value in scope.get("headers", []):
-        if name == b"authorization":
-            scheme, _, token = value.decode("latin-1").partition(" ")
-            return token.strip() if scheme.lower() == "bearer" else ""
-    return ""
-
-
-def _reject_row(node_id: int | None, node_name: str, message: Any, raw: str, reason: str) -> None:
-    kind = message.get("type") if isinstance(message, dict) else None
-    RejectedAgentMessage.objects.create(
-        node_id=node_id, node_name=node_name[:63], msg_type=str(kind or "")[:40], msg_id=acknowledgeable(message),
-        reason=reason[:500], body=raw[:MAX_KEPT_BODY],
-    )
-
-
-class AgentConsumer(AsyncWebsocketConsumer):
-    node_id: int | None = None
+class AgentConsumer(ProtocolConsumer):
     session = 0
     token = None
     in_group = False
@@ -69,24 +37,14 @@ class AgentConsumer(AsyncWebsocketConsumer):
         await self.accept()
         self.beats = 0
         try:
-            self.token = await agent_db(nodes.authenticate)(_bearer_token(self.scope))
+            self.token = await agent_db(nodes.authenticate)(bearer_token(self.scope))
         except nodes.AgentRefused as refused:
-            await self._refuse(str(refused))
+            await self.refuse(str(refused))
+            return
         except OUTAGE_ERRORS:
-            await self._degraded("the console cannot reach its database")
-
-    async def _refuse(self, message: str) -> None:
-        await self.send_json(protocol.Error(type="error", message=message))
-        await self.close(code=protocol.CLOSE_BAD_TOKEN)
-
-    async def _degraded(self, why: str) -> None:
-        """The console is up but cannot serve: the agent keeps everything and comes back later."""
-        log.warning("agent connection of node %s: %s; asked it to retry", self.node_id, why)
-        await self.send_json(protocol.Error(type="error", message=f"{why}; keep running and retry", retry=True))
-        await self.close(code=protocol.CLOSE_TRY_AGAIN)
-
-    async def send_json(self, content: dict) -> None:
-        await self.send(text_data=json.dumps(content))
+            await self.degraded("the console cannot reach its database")
+            return
+        self.accepting, self.sender = True, self.token.name
 
     async def disconnect(self, code: int) -> None:
         if self.node_id is None:
@@ -102,52 +60,13 @@ class AgentConsumer(AsyncWebsocketConsumer):
             except RedisError:
                 log.warning("could not leave node %s's group (Redis)", self.node_id)
 
-    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
-        if self.token is None:
-            return
-        raw = text_data if text_data is not None else ""
-        message: Any = None
-        try:
-            if bytes_data is not None:
-                raise Invalid("binary frames are not part of the agent protocol")
-            message = json.loads(raw)
-            check(message)
-        except (ValueError, RecursionError) as exc:  # Invalid, or not JSON at all
-            await self._reject(message, raw or repr(bytes_data)[:MAX_KEPT_BODY], f"malformed message: {exc}")
-            return
-        try:
-            await self._handle(message)
-        except RefusedWrite as refused:
-            await self._reject(message, raw, str(refused))
-        except StopConsumer:
-            raise
-        except OUTAGE_ERRORS:
-            await self._degraded("the console cannot reach its database")
-        except Exception as exc:  # a message this console cannot store must not jam the node
-            log.exception("could not handle a %s message of node %s", message.get("type"), self.node_id)
-            await self._reject(message, raw, f"the console could not store this message ({type(exc).__name__}: {exc})")
-
-    async def _reject(self, message: Any, raw: str, reason: str) -> None:
-        msg_id = acknowledgeable(message)
-        log.warning("refused a message of node %s (msg_id %s): %s", self.node_id or self.token, msg_id, reason[:300])
-        error = protocol.Error(type="error", message=reason)
-        if msg_id is not None:
-            error["msg_id"] = msg_id
-        await self.send_json(error)
-        try:
-            await agent_db(_reject_row)(self.node_id, getattr(self.token, "name", ""), message, raw, reason)
-        except Exception:
-            log.warning("could not keep the refused message for staff", exc_info=True)
-        if msg_id is not None and self.node_id is not None:
-            await self.send_json(protocol.Ack(type="ack", upto=msg_id))
-
-    async def _handle(self, message: dict) -> None:
+    async def handle(self, message: dict) -> None:
         kind = message["type"]
         if kind == "hello":
             await self._hello(message)
             return
         if self.node_id is None:
-            await self._refuse("the first message must be hello")
+            await self.refuse("the first message must be hello")
             return
         if kind == "heartbeat":
             await self._heartbeat(message)
@@ -170,7 +89,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
         try:
             node = await agent_db(nodes.register)(self.token, hello["node"])
         except nodes.AgentRefused as refused:
-            await self._refuse(str(refused))
+            await self.refuse(str(refused))
             return
         self.node_id, self.session = node.pk, node.session
         gone = await agent_db(nodes.forget_unknown_placements)(node.pk, hello.get("running") or [])

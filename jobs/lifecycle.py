@@ -185,6 +185,13 @@ def record_checkpoint(job_id: int, attempt: int, step: int, url: str, node_id: i
     target = agent_writes.placement_target(node_id, job_id, attempt, role)
     if target is None or not target.current:
         return "stale"
+    return commit_checkpoint(job_id, attempt, step, url)
+
+
+@transaction.atomic
+def commit_checkpoint(job_id: int, attempt: int, step: int, url: str) -> str:
+    """Move the job's newest durable checkpoint (the caller authorized the sender); only the
+    current attempt may (fencing), and only under the job's checkpoint prefix."""
     agent_writes.check_checkpoint_url(job_id, url)
     job = TrainingJob.objects.select_for_update().filter(pk=job_id).first()
     if job is None or job.current_attempt != attempt:

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
+from django.db.models import QuerySet
+
 from nodeagent import protocol
 
 from .capacity import Ledger, Reservation
@@ -88,3 +90,32 @@ def install(policy: ClusterPolicy) -> None:
 
 def current() -> ClusterPolicy:
     return _installed
+
+
+class Backend(Protocol):
+    """Another execution backend (a Slurm cluster): it takes the waiting jobs of the server types
+    it serves, and the agents' scheduler leaves them alone."""
+
+    def others(self, waiting: QuerySet) -> QuerySet:
+        """The waiting jobs this backend does not serve."""
+        ...
+
+    def notify(self, waiting: QuerySet) -> None:
+        """Called in every scheduler run: start this backend's own pass (after the commit)."""
+        ...
+
+
+_backends: list[Backend] = []
+
+
+def install_backend(backend: Backend) -> None:
+    if backend not in _backends:
+        _backends.append(backend)
+
+
+def served_by_agents(waiting: QuerySet) -> QuerySet:
+    """The waiting jobs the agents' scheduler places; each backend is told of the run."""
+    for backend in _backends:
+        backend.notify(waiting)
+        waiting = backend.others(waiting)
+    return waiting

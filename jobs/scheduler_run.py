@@ -44,7 +44,8 @@ def release_overdue(now: datetime) -> int:
     """Placements of stopped jobs whose grace is over hold nothing: mark them so, and finish the
     deletion of Terminating jobs that nothing holds any more."""
     overdue = Placement.objects.filter(
-        state__in=HOLDING_STATES, attempt__stop_requested_at__lt=now - stop_grace(),
+        # placements on no node of ours run on a Slurm cluster, which says when they end
+        state__in=HOLDING_STATES, node__isnull=False, attempt__stop_requested_at__lt=now - stop_grace(),
     )
     job_ids = set(overdue.values_list("attempt__job_id", flat=True))
     released = overdue.update(
@@ -101,7 +102,8 @@ def run(now: datetime | None = None) -> RunSummary:
         take_scheduler_lock()
         now = now or timezone.now()
         released = release_overdue(now)
-        waiting = list(TrainingJob.objects.filter(status__in=WAITING).select_related("server_type"))
+        queue = policy.served_by_agents(TrainingJob.objects.filter(status__in=WAITING))
+        waiting = list(queue.select_related("server_type"))
         if not waiting and not released:
             return RunSummary()
         cluster = policy.current()

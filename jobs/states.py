@@ -13,7 +13,8 @@ class IllegalTransition(ValueError):
 
 
 TRANSITIONS: dict[str, frozenset[str]] = {
-    S.PENDING: frozenset({S.CREATING, S.TERMINATING, S.STOPPED}),
+    # Failed without a placement: an execution backend refused or lost the job (e.g. Slurm rejects it)
+    S.PENDING: frozenset({S.CREATING, S.TERMINATING, S.STOPPED, S.FAILED}),
     # nodes assigned, environment being prepared
     S.CREATING: frozenset({
         S.RUNNING, S.FAILED, S.PENDING, S.IMAGE_PULL_BACKOFF, S.FAILOVER_IN_PROGRESS,
@@ -28,7 +29,7 @@ TRANSITIONS: dict[str, frozenset[str]] = {
         S.CREATING, S.RUNNING, S.INTERNAL_ERROR, S.MAX_RETRIES_EXCEEDED, S.FAILED,
         S.TERMINATING, S.STOPPED,
     }),
-    S.SPOT_INTERRUPTED: frozenset({S.CREATING, S.TERMINATING, S.STOPPED}),
+    S.SPOT_INTERRUPTED: frozenset({S.CREATING, S.TERMINATING, S.STOPPED, S.FAILED}),
     # terminal statuses: the only way on is deletion
     S.COMPLETED: frozenset({S.TERMINATING}),
     S.FAILED: frozenset({S.TERMINATING}),

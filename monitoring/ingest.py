@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import connection
 
 from jobs.agent_writes import placement_target
+from jobs.models import TrainingJob
 from nodeagent import protocol_checks
 
 from .events import LogLinesEvent, logs_group
@@ -32,15 +32,20 @@ def store_batch(batch: dict, node_id: int) -> int:
     if target is None or not target.current:
         log.info("dropped %d lines of job %s attempt %s (superseded or deleted)", len(batch["lines"]), job_id, attempt)
         return 0
-    lines = batch["lines"]
-    if connection.vendor == "postgresql":
-        _insert_postgresql(job_id, stream, attempt, lines)
-    else:
-        LogLine.objects.bulk_create([
-            LogLine(job_id=job_id, stream=stream, attempt=attempt, seq=seq,
-                    ts=datetime.fromtimestamp(ts, tz=UTC), text=text[:MAX_LINE_CHARS])
-            for seq, ts, text in lines
-        ], batch_size=2000, ignore_conflicts=True)
+    return _store(job_id, stream, attempt, batch["lines"])
+
+
+def store_lines(job_id: int, stream: str, attempt: int, lines: list[list]) -> int:
+    """Store lines whose sender the caller authorized (a Slurm run's launcher for its own role);
+    those of an attempt that is no longer current, or of a deleted job, are dropped."""
+    current = TrainingJob.objects.filter(pk=job_id).values_list("current_attempt", flat=True).first()
+    if current != attempt:
+        return 0
+    return _store(job_id, stream, attempt, lines)
+
+
+def _store(job_id: int, stream: str, attempt: int, lines: list[list]) -> int:
+    _insert_postgresql(job_id, stream, attempt, lines)
     publish_lines(job_id, stream, attempt, lines)
     return len(lines)
 

@@ -1,0 +1,169 @@
+"""Slurm backend: submit → first log line through Slurm vs through our agents, and a 200-job drain.
+
+Run: `.venv/bin/python benchmarks/slurm_bench.py [--runs 7] [--drain 200]` as root on a machine with
+Debian's Slurm packages (.ci/run installs them). Prints figures; asserts nothing.
+
+Everything is real: a console (daphne, Celery worker and beat, SeaweedFS, PostgreSQL), two node
+agents serving g2, and a local Slurm 22.05 (slurmctld, two slurmd with 8 fake GPUs each,
+slurmrestd with JWT) serving g3. Part 1 creates the same one-node job through the REST API on
+both backends, alternating which goes first, and times the API answer, the first log line and
+the command's own first line. Part 2 queues `--drain` jobs of mixed shapes (gangs of 2 nodes × 4
+GPUs, whole nodes, small jobs) at once and times how long Slurm takes to run them all, then
+checks from Slurm's own completion records that no node ever held more than its 8 GPUs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections import defaultdict
+
+import requests_shim as http
+from _stack import ROOT, BenchStack, percentile
+
+SHAPES = [(2, 4), (1, 8), (1, 2), (2, 1), (1, 1)]  # (nodes, GPUs per node), cycled
+
+
+def wait_for(predicate, timeout: float = 120.0, interval: float = 0.01):
+    from jobs.tests.e2e.stack import wait_until
+
+    return wait_until(predicate, timeout=timeout, interval=interval)
+
+
+def job_payload(name: str, server_type: str, command: str, nodes: int = 1, gpus: int = 1) -> dict:
+    memory = {"g2": 256, "g3": 512}[server_type] * gpus
+    return {
+        "name": name, "learning_type": "on_demand", "framework": "pytorch", "server_type": server_type,
+        "gpus_per_node": gpus, "memory_gb": memory, "node_count": nodes, "shm_size_gb": 1, "image_url": "trainer:1",
+        "command": command, "keep_alive_minutes": 0,
+    }
+
+
+def time_one_start(stack: BenchStack, token: str, backend: str, run: int) -> tuple[float, ...]:
+    from jobs.models import JobStatusChange, TrainingJob
+    from monitoring.models import LogLine
+
+    marker = f"first-line-{backend}-{run}"
+    began, wall = time.perf_counter(), time.time()
+    job_id = http.post_json(f"{stack.url}/api/v1/training-jobs/", token, job_payload(
+        f"start-{backend}-{run}", "g2" if backend == "agents" else "g3", f"echo {marker}"))["id"]
+    answered = time.perf_counter()
+    wait_for(lambda: LogLine.objects.filter(job_id=job_id).exclude(text__startswith="[SLURM]").exists())
+    first_line = time.perf_counter()
+    wait_for(lambda: LogLine.objects.filter(job_id=job_id, text=marker).exists())
+    command_line = time.perf_counter()
+    wait_for(lambda: TrainingJob.objects.filter(pk=job_id, status="Completed").exists())
+    completed = time.perf_counter()
+    # nodes assigned: the agents' scheduler placed it, or Slurm allocated it and the batch step redeemed its key
+    creating = JobStatusChange.objects.get(job_id=job_id, new_status="Creating").created_at.timestamp() - wall
+    return answered - began, creating, first_line - began, command_line - began, completed - began
+
+
+def part_one(stack: BenchStack, token: str, runs: int) -> None:
+    rows: dict[str, list[tuple[float, ...]]] = {"agents": [], "slurm": []}
+    for run in range(runs):
+        order = ("agents", "slurm") if run % 2 == 0 else ("slurm", "agents")
+        for backend in order:
+            rows[backend].append(time_one_start(stack, token, backend, run))
+            time.sleep(0.5)
+    print(f"\n1. Submit → first log line, {runs} runs each, alternating (seconds from the API call; medians, p90 in brackets)")
+    print(f"   {'':<28}{'agents':>16}{'Slurm':>16}{'Slurm / agents':>16}")
+    for label, index in (("API answered", 0), ("nodes assigned (Creating)", 1), ("first log line", 2),
+                         ("command's first line", 3), ("Completed", 4)):
+        cells = []
+        for backend in ("agents", "slurm"):
+            values = [row[index] for row in rows[backend]]
+            cells.append((statistics.median(values), percentile(values, 90)))
+        ratio = cells[1][0] / cells[0][0] if cells[0][0] else float("nan")
+        print(f"   {label:<28}{cells[0][0]:>8.3f} ({cells[0][1]:.3f}){cells[1][0]:>8.3f} ({cells[1][1]:.3f}){ratio:>15.1f}×")
+
+
+def max_gpus_per_node(intervals: dict[str, list[tuple[float, float, int]]]) -> dict[str, int]:
+    """The most GPUs any node held at once, from [start, end) intervals (Slurm's own records)."""
+    peaks = {}
+    for node, spans in intervals.items():
+        events = sorted([(start, gpus) for start, _, gpus in spans] + [(end, -gpus) for _, end, gpus in spans],
+                        key=lambda e: (e[0], e[1]))  # ends before starts at the same second
+        held = peak = 0
+        for _, delta in events:
+            held += delta
+            peak = max(peak, held)
+        peaks[node] = peak
+    return peaks
+
+
+def part_two(stack: BenchStack, token: str, slurm, count: int) -> None:
+    from jobs.models import TrainingJob
+    from jobs.slurm import jobcomp
+    from jobs.slurm.models import SlurmJob
+
+    shapes = [SHAPES[i % len(SHAPES)] for i in range(count)]
+    began = time.perf_counter()
+    ids = [http.post_json(f"{stack.url}/api/v1/training-jobs/", token,
+                          job_payload(f"drain-{i}", "g3", "echo drained; sleep 1", nodes, gpus))["id"]
+           for i, (nodes, gpus) in enumerate(shapes)]
+    queued = time.perf_counter() - began
+    done = wait_for(lambda: (n := TrainingJob.objects.filter(pk__in=ids, status__in=["Completed", "Failed"]).count()) == count and n,
+                    timeout=3600, interval=0.5)
+    wall = time.perf_counter() - began
+    failures = list(TrainingJob.objects.filter(pk__in=ids, status="Failed").values_list("name", "status_reason"))
+    failed = len(failures)
+    for name, reason in failures[:5]:
+        print(f"   failed: {name}: {reason}")
+    shape_of = {job_id: shape for job_id, shape in zip(ids, shapes, strict=True)}
+    slurm_ids = dict(SlurmJob.objects.filter(training_job_id__in=ids).values_list("slurm_job_id", "training_job_id"))
+    records = jobcomp.read(str(slurm.jobcomp), list(slurm_ids))
+    intervals: dict[str, list[tuple[float, float, int]]] = defaultdict(list)
+    gpu_seconds = 0.0
+    for slurm_id, runs in records.items():
+        _, gpus = shape_of[slurm_ids[slurm_id]]
+        for record in runs:
+            for node in record.nodes:
+                intervals[node].append((record.start.timestamp(), record.end.timestamp(), gpus))
+                gpu_seconds += (record.end - record.start).total_seconds() * gpus
+    peaks = max_gpus_per_node(intervals)
+    gangs = sum(1 for nodes, _ in shapes if nodes == 2)
+    print(f"\n2. {count} jobs queued at once on Slurm (shapes nodes×GPUs cycled: {', '.join(f'{n}×{g}' for n, g in SHAPES)}; "
+          f"{gangs} two-node gangs), 2 nodes × 8 GPUs")
+    print(f"   queued through the API in {queued:.1f} s; all {done} ended after {wall:.1f} s "
+          f"({count / wall * 60:.0f} jobs/min), {failed} failed")
+    print("   most GPUs held at once (Slurm's completion records): "
+          + ", ".join(f"{node} {peak} of {slurm.gpus_per_node}" for node, peak in sorted(peaks.items())))
+    print(f"   GPU occupancy over the drain: {gpu_seconds / (wall * slurm.gpus_per_node * len(slurm.nodes)):.0%} "
+          f"({gpu_seconds / 3600:.2f} GPU-hours held in {wall:.0f} s)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--drain", type=int, default=200)
+    args = parser.parse_args()
+    from jobs.slurm.tests.cluster import LocalSlurm
+
+    slurm = LocalSlurm().start()
+    try:
+        with BenchStack() as stack:
+            from django.contrib.auth import get_user_model
+            from rest_framework.authtoken.models import Token
+
+            from jobs.models import Node, NodeToken
+            from jobs.slurm.tests.cluster import register
+
+            user = get_user_model().objects.create_user("bench")
+            token = Token.objects.create(user=user).key
+            for name in ("bench-a", "bench-b"):
+                stack.agent(name, NodeToken.mint(name)[1])
+            register(slurm, stack.url, gpu_metrics="off", metrics_interval_seconds=0)
+            wait_for(lambda: Node.objects.filter(connected=True).count() == 2, timeout=60)
+            part_one(stack, token, args.runs)
+            if args.drain:
+                part_two(stack, token, slurm, args.drain)
+    finally:
+        slurm.stop()
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    main()

@@ -1,0 +1,109 @@
+"""What every socket that speaks the agent protocol does with a message before its handler.
+
+Node agents (jobs.agent_consumer) and Slurm step launchers (jobs.slurm.consumer) share it: each
+message is checked against the protocol (nodeagent.protocol_checks) and handled alone.
+
+- malformed, out of range, or a write the sender may not make: refused — an `error` naming it,
+  then `ack` (the sender drops it), and a copy for staff (RejectedAgentMessage); never a 1011;
+- the console's database is away: `error` with `retry` and close 1013, nothing acknowledged —
+  the sender keeps its messages and its jobs, and reconnects later.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from channels.exceptions import StopConsumer
+from channels.generic.websocket import AsyncWebsocketConsumer
+
+from nodeagent import protocol
+from nodeagent.protocol_checks import Invalid, acknowledgeable, check
+
+from .agent_db import OUTAGE_ERRORS, agent_db
+from .agent_writes import RefusedWrite
+from .models import RejectedAgentMessage
+
+log = logging.getLogger(__name__)
+MAX_KEPT_BODY = 65_536
+
+
+def bearer_token(scope) -> str:
+    for name, value in scope.get("headers", []):
+        if name == b"authorization":
+            scheme, _, token = value.decode("latin-1").partition(" ")
+            return token.strip() if scheme.lower() == "bearer" else ""
+    return ""
+
+
+def _keep(node_id: int | None, sender: str, message: Any, raw: str, reason: str) -> None:
+    kind = message.get("type") if isinstance(message, dict) else None
+    RejectedAgentMessage.objects.create(
+        node_id=node_id, node_name=sender[:63], msg_type=str(kind or "")[:40], msg_id=acknowledgeable(message),
+        reason=reason[:500], body=raw[:MAX_KEPT_BODY],
+    )
+
+
+class ProtocolConsumer(AsyncWebsocketConsumer):
+    """Subclasses set `accepting` once the sender is authenticated, and implement `handle`."""
+
+    accepting = False
+    node_id: int | None = None  # the registry's node, when the sender is one
+    sender = ""  # who speaks, for logs and staff
+
+    async def handle(self, message: dict) -> None:
+        raise NotImplementedError
+
+    async def send_json(self, content: dict) -> None:
+        await self.send(text_data=json.dumps(content))
+
+    async def refuse(self, message: str) -> None:
+        self.accepting = False
+        await self.send_json(protocol.Error(type="error", message=message))
+        await self.close(code=protocol.CLOSE_BAD_TOKEN)
+
+    async def degraded(self, why: str) -> None:
+        """The console is up but cannot serve: the sender keeps everything and comes back later."""
+        log.warning("connection of %s: %s; asked it to retry", self.sender or "an agent", why)
+        await self.send_json(protocol.Error(type="error", message=f"{why}; keep running and retry", retry=True))
+        await self.close(code=protocol.CLOSE_TRY_AGAIN)
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        if not self.accepting:
+            return
+        raw = text_data if text_data is not None else ""
+        message: Any = None
+        try:
+            if bytes_data is not None:
+                raise Invalid("binary frames are not part of the agent protocol")
+            message = json.loads(raw)
+            check(message)
+        except (ValueError, RecursionError) as exc:  # Invalid, or not JSON at all
+            await self.reject(message, raw or repr(bytes_data)[:MAX_KEPT_BODY], f"malformed message: {exc}")
+            return
+        try:
+            await self.handle(message)
+        except RefusedWrite as refused:
+            await self.reject(message, raw, str(refused))
+        except StopConsumer:
+            raise
+        except OUTAGE_ERRORS:
+            await self.degraded("the console cannot reach its database")
+        except Exception as exc:  # a message this console cannot store must not jam the sender
+            log.exception("could not handle a %s message of %s", message.get("type"), self.sender)
+            await self.reject(message, raw, f"the console could not store this message ({type(exc).__name__}: {exc})")
+
+    async def reject(self, message: Any, raw: str, reason: str) -> None:
+        msg_id = acknowledgeable(message)
+        log.warning("refused a message of %s (msg_id %s): %s", self.sender or "an agent", msg_id, reason[:300])
+        error = protocol.Error(type="error", message=reason)
+        if msg_id is not None:
+            error["msg_id"] = msg_id
+        await self.send_json(error)
+        try:
+            await agent_db(_keep)(self.node_id, self.sender, message, raw, reason)
+        except Exception:
+            log.warning("could not keep the refused message for staff", exc_info=True)
+        if msg_id is not None and self.sender:
+            await self.send_json(protocol.Ack(type="ack", upto=msg_id))

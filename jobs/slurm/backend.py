@@ -1,0 +1,31 @@
+"""The scheduler's hook (jobs.policy.Backend): Slurm-served jobs are not placed on agents;
+they are submitted to their cluster by the Slurm pass (jobs.slurm.tasks.sync_slurm)."""
+
+from __future__ import annotations
+
+import logging
+
+from celery import current_app
+from django.db import transaction
+from django.db.models import QuerySet
+
+log = logging.getLogger(__name__)
+
+
+class SlurmBackend:
+    def others(self, waiting: QuerySet) -> QuerySet:
+        """Jobs whose server type no Slurm cluster serves (the agents' gang scheduler places them)."""
+        return waiting.filter(server_type__slurm_cluster__isnull=True)
+
+    def notify(self, waiting: QuerySet) -> None:
+        """If any waiting job belongs to a Slurm cluster, run the Slurm pass once this transaction commits."""
+        if waiting.filter(server_type__slurm_cluster__enabled=True).exists():
+            transaction.on_commit(_request_pass)
+
+
+def _request_pass() -> None:
+    try:  # by name (no import of the tasks); the beat tick makes up for a request the broker did not take
+        current_app.send_task("jobs.slurm.tasks.sync_slurm")
+    except Exception:
+        log.warning("could not ask for a Slurm pass; the next tick does it", exc_info=True)
+

@@ -1,0 +1,323 @@
+"""Submit waiting jobs to their Slurm cluster, poll what Slurm says, and act on it.
+
+One pass per cluster (jobs.slurm.tasks.sync_slurm, every scheduler tick and on demand): one
+`GET /jobs` for the whole cluster, one read of the job completion records, then for each
+unfinished Slurm job the plain decision of jobs.slurm.states, carried out here through
+jobs.actions under the job's row lock. HTTP calls that change Slurm (submit, cancel) happen
+outside row locks where they can; a failed call is retried on the next pass.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from django.db import transaction
+from django.utils import timezone
+
+from .. import actions, failover
+from ..choices import WAITING_STATUSES, JobStatus, LearningType
+from ..models import TrainingJob
+from . import jobcomp, quotas, runs
+from .adapters import SlurmJobView
+from .batch_script import BatchSpec, build_batch_script, job_id_from_name, submission
+from .client import SlurmClient, SlurmError, SlurmRefused
+from .jobcomp import CompletionRecord
+from .models import SlurmCluster, SlurmJob, SlurmRun, new_secret
+from .states import FINAL_STATES, RUNNING_STATES, WAITING_STATES, Action, Local, Shape, Step, decide
+
+log = logging.getLogger(__name__)
+CANCEL_RESEND_SECONDS = 30  # a cancel Slurm did not act on is sent again after this long
+
+
+def _shape(cluster: SlurmCluster, job: TrainingJob) -> Shape:
+    return Shape(job.node_count, job.gpus_per_node, cluster.partition_for(job.learning_type))
+
+
+def _capitalise(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+# -- one pass ------------------------------------------------------------------------------------
+def sync_all() -> None:
+    for cluster in SlurmCluster.objects.filter(enabled=True).select_related("server_type"):
+        try:
+            sync_cluster(cluster)
+        except Exception:  # one broken cluster must not stop the others
+            log.exception("Slurm cluster %s: the sync pass failed", cluster.name)
+
+
+def sync_cluster(cluster: SlurmCluster) -> None:
+    client = cluster.client()
+    try:
+        views = {view.job_id: view for view in client.jobs()}
+    except SlurmError as exc:
+        _cluster_down(cluster, str(exc))
+        return
+    SlurmCluster.objects.filter(pk=cluster.pk).update(last_checked_at=timezone.now(), last_error="")
+    cancel_orphans_now(cluster)
+    submit_waiting(cluster, client, views)
+    active = list(SlurmJob.objects.filter(cluster=cluster, finished_at__isnull=True, slurm_job_id__isnull=False)
+                  .select_related("job").only("pk", "slurm_job_id", "state", "reason", "restart_count", "job__status"))
+    records = jobcomp.read(cluster.jobcomp_path, [sj.slurm_job_id for sj in active])
+    for slurm_job in active:
+        view = views.get(slurm_job.slurm_job_id)
+        if unchanged(slurm_job, view):
+            continue
+        try:
+            if view is None:
+                view = client.job(slurm_job.slurm_job_id)  # None: slurmctld forgot it (MinJobAge)
+            apply(slurm_job.pk, view, records.get(slurm_job.slurm_job_id, []), client)
+        except SlurmError as exc:
+            log.warning("Slurm job %s: %s", slurm_job, exc)
+
+
+def unchanged(slurm_job: SlurmJob, view: SlurmJobView | None) -> bool:
+    """Nothing to do: Slurm says what it said last time, and the job is queued or runs as the console
+    already knows. Keeps a pass over hundreds of queued jobs to one query and one GET."""
+    if view is None or slurm_job.job is None:
+        return False
+    said_before = (view.state, view.reason, view.restart_count) == (slurm_job.state, slurm_job.reason, slurm_job.restart_count)
+    steady = (view.state in WAITING_STATES and slurm_job.job.status in WAITING_STATUSES) or (
+        view.state in RUNNING_STATES and slurm_job.job.status in (JobStatus.CREATING, JobStatus.RUNNING))
+    return said_before and steady
+
+
+def _cluster_down(cluster: SlurmCluster, error: str) -> None:
+    log.warning("Slurm cluster %s: %s", cluster.name, error)
+    SlurmCluster.objects.filter(pk=cluster.pk).update(last_checked_at=timezone.now(), last_error=error[:500])
+    waiting = TrainingJob.objects.filter(server_type=cluster.server_type, status=JobStatus.PENDING, slurm__slurm_job_id__isnull=True)
+    for job_id in waiting.values_list("pk", flat=True):
+        actions.set_waiting_reason(job_id, f"Waiting for Slurm cluster {cluster.name}: {error}; retrying"[:500])
+
+
+# -- submission ---------------------------------------------------------------------------------
+def submit_waiting(cluster: SlurmCluster, client: SlurmClient, views: dict[int, SlurmJobView]) -> None:
+    """Submit every Pending job of the cluster's server type that has no Slurm job yet."""
+    waiting = TrainingJob.objects.filter(server_type=cluster.server_type, status=JobStatus.PENDING).exclude(
+        slurm__slurm_job_id__isnull=False,
+    ).order_by("created_at", "pk")
+    ours = {job_id_from_name(view.name): view.job_id for view in views.values() if job_id_from_name(view.name)}
+    jobs = list(waiting.select_related("server_type", "owner"))
+    held = quotas.holds([job for job in jobs if job.pk not in ours])
+    for job in jobs:
+        if job.pk in held:
+            actions.set_waiting_reason(job.pk, held[job.pk][:500])
+            continue
+        submit(cluster, client, job, ours)
+
+
+def submit(cluster: SlurmCluster, client: SlurmClient, job: TrainingJob, ours: dict[int, int] | None = None) -> None:
+    existing = SlurmJob.objects.filter(job=job).first()
+    if existing is not None and (ours or {}).get(job.pk):
+        # submitted before, but the id was never recorded (the console stopped in between)
+        _record_submission(existing.pk, job.pk, ours[job.pk], cluster)
+        return
+    if job.gpus_per_node > cluster.gpus_per_node:
+        _refused(job.pk, f"Slurm cluster {cluster.name} has {cluster.gpus_per_node} GPUs per node; the job asks for {job.gpus_per_node}")
+        return
+    key, key_hash = new_secret()
+    with transaction.atomic():
+        locked = TrainingJob.objects.select_for_update().filter(pk=job.pk, status=JobStatus.PENDING).first()
+        if locked is None:
+            return
+        slurm_job, _ = SlurmJob.objects.update_or_create(
+            job=locked, defaults={"cluster": cluster, "training_job_id": locked.pk, "launch_key_hash": key_hash},
+        )
+    spec = BatchSpec(
+        job_id=job.pk, job_name=job.name, node_count=job.node_count, gpus_per_node=job.gpus_per_node,
+        partition=cluster.partition_for(job.learning_type), requeue=job.learning_type == LearningType.SPOT or job.failover_enabled,
+        console_url=cluster.console_url, launch_key=key, launcher=cluster.launcher, work_dir=cluster.work_dir,
+        server_type=job.server_type.name, gpu_metrics=cluster.gpu_metrics, stop_grace_seconds=cluster.stop_grace_seconds,
+        metrics_interval=cluster.metrics_interval_seconds,
+    )
+    try:
+        slurm_id = client.submit(build_batch_script(spec), submission(spec))
+    except SlurmRefused as refused:
+        _refused(job.pk, f"Slurm cluster {cluster.name} refused the job: {refused}", slurm_job.pk)
+        return
+    except SlurmError as exc:
+        actions.set_waiting_reason(job.pk, f"Cannot submit to Slurm cluster {cluster.name} yet: {exc}; retrying"[:500])
+        return
+    _record_submission(slurm_job.pk, job.pk, slurm_id, cluster)
+
+
+def _record_submission(slurm_job_pk: int, job_id: int, slurm_id: int, cluster: SlurmCluster) -> None:
+    SlurmJob.objects.filter(pk=slurm_job_pk).update(slurm_job_id=slurm_id, submitted_at=timezone.now(), state="PENDING")
+    actions.set_waiting_reason(job_id, f"Submitted to Slurm cluster {cluster.name} as job {slurm_id}")
+
+
+@transaction.atomic
+def _refused(job_id: int, reason: str, slurm_job_pk: int | None = None) -> None:
+    job = TrainingJob.objects.select_for_update().filter(pk=job_id, status=JobStatus.PENDING).first()
+    if job is not None:
+        actions.transition(job.pk, JobStatus.FAILED, reason[:500])
+    if slurm_job_pk is not None:
+        SlurmJob.objects.filter(pk=slurm_job_pk).update(finished_at=timezone.now())
+
+
+# -- applying what Slurm says ------------------------------------------------------------------
+def _record_for(records: list[CompletionRecord], index: int | None) -> CompletionRecord | None:
+    """The completion record of run `index` (each ended run leaves one, in order)."""
+    if index is None:
+        return records[-1] if records else None
+    return records[index] if 0 <= index < len(records) else None
+
+
+@transaction.atomic
+def apply(slurm_job_pk: int, view: SlurmJobView | None, records: list[CompletionRecord], client: SlurmClient) -> Step | None:
+    slurm_job = SlurmJob.objects.select_for_update().select_related("cluster").filter(pk=slurm_job_pk).first()
+    if slurm_job is None or slurm_job.finished_at is not None:
+        return None
+    if view is not None:
+        SlurmJob.objects.filter(pk=slurm_job.pk).update(state=view.state[:32], reason=view.reason[:200], restart_count=view.restart_count)
+    if slurm_job.job_id is None:
+        _orphan(slurm_job, view, client)
+        return None
+    job = TrainingJob.objects.select_for_update().select_related("server_type").get(pk=slurm_job.job_id)
+    run = runs.current_run(job)
+    local = Local(
+        status=job.status, spot=job.learning_type == LearningType.SPOT, failover_enabled=job.failover_enabled,
+        failover_count=job.failover_count, run_restart=run.restart_count if run else None,
+        run_open=run is not None and run.attempt.ended_at is None,
+    )
+    index = run.restart_count if run is not None and local.run_open else (view.restart_count if view is not None else None)
+    record = _record_for(records, index)
+    down = _down_nodes(client, record)
+    step = decide(view, local, _shape(slurm_job.cluster, job), record, down)
+    _carry_out(step, slurm_job, job, run, view, record, client)
+    return step
+
+
+def _down_nodes(client: SlurmClient, record: CompletionRecord | None) -> tuple[str, ...]:
+    """Nodes of a NODE_FAIL'ed run that slurmctld marks down: the ones that failed."""
+    if record is None or record.state != "NODE_FAIL":
+        return ()
+    try:
+        states = client.node_states()
+    except SlurmError:
+        return ()
+    return tuple(n for n in record.nodes if any(word in states.get(n, "").lower() for word in ("down", "fail", "drain")))
+
+
+def _carry_out(step: Step, slurm_job: SlurmJob, job: TrainingJob, run: SlurmRun | None, view: SlurmJobView | None,
+               record: CompletionRecord | None, client: SlurmClient) -> None:
+    cluster = slurm_job.cluster
+    action = step.action
+    if action is Action.WAIT:
+        actions.set_waiting_reason(job.pk, _capitalise(f"Slurm job {slurm_job.slurm_job_id} on {cluster.name}: {step.reason}")[:500])
+    elif action is Action.START_RUN:
+        _start_run(slurm_job, job, view, client)
+    elif action is Action.COMPLETE:
+        if run is None or run.attempt.ended_at is not None:
+            run = _start_run(slurm_job, job, view, client, record)  # ended before a poll saw it run
+        _close(run, view, record)
+        placements = run.attempt.placements.all()
+        outputs = sorted({p.output_url.rsplit("/", 2)[0] for p in placements if p.output_url})
+        job.result_url = outputs[0] + "/" if outputs else ""
+        job.save(update_fields=["result_url", "updated_at"])
+        failover.end_attempt(job, "Completed")
+        actions.transition(job.pk, JobStatus.COMPLETED, step.reason)
+        _finished(slurm_job)
+    elif action is Action.FAIL:
+        open_run = run if run is not None and run.attempt.ended_at is None else None
+        state = record.state if record is not None else (view.state if view is not None else "")
+        # a command that failed: name the node and its evidence; other states say it all themselves
+        reason = runs.failure_reason(open_run, step.reason) if state == "FAILED" else _capitalise(step.reason)
+        if state == "FAILED" and run is None:
+            reason = (f"The batch script failed before the step launchers started ({step.reason}); its output is "
+                      f"{cluster.work_dir.rstrip('/')}/slurm-{slurm_job.slurm_job_id}.out on the job's first node")
+        if open_run is not None:
+            _close(open_run, view, record)
+        failover.end_attempt(job, step.reason)
+        runs.say(job, f"[SLURM] {reason}")
+        actions.transition(job.pk, JobStatus.FAILED, reason[:500])
+        _finished(slurm_job)
+        if view is not None and view.state not in FINAL_STATES:
+            _cancel(slurm_job, client, force=True)  # e.g. requeued although Job Failover is off
+    elif action in (Action.FAILOVER, Action.PAUSE, Action.MAX_RETRIES):
+        _interrupted(step, slurm_job, job, run, view, record, client)
+    elif action is Action.CANCEL:
+        _cancel(slurm_job, client)
+    elif action is Action.REMOVE:
+        if run is not None and run.ended_at is None:
+            _close(run, view, record)
+        _finished(slurm_job)
+        actions.remove_job(job, "Deleted by the user; Slurm ended the job")
+
+
+def _start_run(slurm_job: SlurmJob, job: TrainingJob, view: SlurmJobView | None, client: SlurmClient,
+               record: CompletionRecord | None = None) -> SlurmRun:
+    nodes = view.nodes if view is not None and view.nodes else (record.nodes if record is not None else ())
+    restart = view.restart_count if view is not None else 0
+    started = view.start_time if view is not None else (record.start if record is not None else None)
+    master = nodes[0] if nodes else ""
+    try:
+        master_addr = (client.node_address(master) if master else None) or master
+    except SlurmError:
+        master_addr = master  # the node's name resolves on a real cluster
+    return runs.begin_run(slurm_job, job, restart, nodes or ("unknown",), started, master_addr)
+
+
+def _close(run: SlurmRun, view: SlurmJobView | None, record: CompletionRecord | None) -> None:
+    ended = (record.end if record is not None else None) or (view.end_time if view is not None else None)
+    state = record.state if record is not None else (view.state if view is not None else "")
+    runs.close_run(run, state, ended, record.exit_code if record else None, record.exit_signal if record else None)
+
+
+def _interrupted(step: Step, slurm_job: SlurmJob, job: TrainingJob, run: SlurmRun | None, view: SlurmJobView | None,
+                 record: CompletionRecord | None, client: SlurmClient) -> None:
+    """Slurm requeued the run: fail over, pause the spot job, or give up after the last failover."""
+    if run is not None:
+        _close(run, None, record)
+    cause = step.reason
+    if step.action is Action.PAUSE:
+        failover.end_attempt(job, cause)
+        runs.say(job, f"[SPOT] Interrupted: {cause}; Slurm requeued the job, it resumes from its newest checkpoint")
+        actions.transition(job.pk, JobStatus.SPOT_INTERRUPTED,
+                           _capitalise(cause) + "; resumes from its newest checkpoint when Slurm starts it again")
+        return
+    if step.action is Action.MAX_RETRIES:
+        failover.end_attempt(job, cause)
+        runs.say(job, f"[FAILOVER] {_capitalise(cause)}")
+        actions.transition(job.pk, JobStatus.FAILOVER_IN_PROGRESS, f"Assessing failover feasibility: {cause}")
+        actions.transition(job.pk, JobStatus.MAX_RETRIES_EXCEEDED, _capitalise(cause))
+        _finished(slurm_job)
+        _cancel(slurm_job, client, force=True)
+        return
+    job.failover_count += 1
+    job.save(update_fields=["failover_count", "updated_at"])
+    failover.end_attempt(job, cause)
+    runs.say(job, f"[FAILOVER] {_capitalise(cause)}; Slurm requeued the job on healthy nodes "
+                  f"(failover {job.failover_count} of {failover.MAX_FAILOVERS})")
+    actions.transition(job.pk, JobStatus.FAILOVER_IN_PROGRESS,
+                       f"Reallocating to healthy nodes after {cause}: Slurm requeued the job "
+                       f"(failover {job.failover_count} of {failover.MAX_FAILOVERS})")
+
+
+def _finished(slurm_job: SlurmJob) -> None:
+    SlurmJob.objects.filter(pk=slurm_job.pk).update(finished_at=timezone.now())
+
+
+def _cancel(slurm_job: SlurmJob, client: SlurmClient, force: bool = False) -> None:
+    """scancel, at most every CANCEL_RESEND_SECONDS (SIGTERM to every task, SIGKILL after KillWait)."""
+    now = timezone.now()
+    if not force and slurm_job.cancel_sent_at and now - slurm_job.cancel_sent_at < timedelta(seconds=CANCEL_RESEND_SECONDS):
+        return
+    client.cancel(slurm_job.slurm_job_id)
+    SlurmJob.objects.filter(pk=slurm_job.pk).update(cancel_sent_at=now)
+
+
+def _orphan(slurm_job: SlurmJob, view: SlurmJobView | None, client: SlurmClient) -> None:
+    """The Training Job was deleted while Slurm still held its job: cancel it, then stop polling."""
+    if view is not None and view.state not in FINAL_STATES:
+        _cancel(slurm_job, client)
+    else:
+        _finished(slurm_job)
+
+
+def cancel_orphans_now(cluster: SlurmCluster) -> None:
+    """Orphans that were never submitted need nothing from Slurm."""
+    SlurmJob.objects.filter(cluster=cluster, job__isnull=True, slurm_job_id__isnull=True, finished_at__isnull=True).update(
+        finished_at=timezone.now(),
+    )

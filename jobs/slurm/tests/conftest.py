@@ -1,0 +1,85 @@
+"""Fixtures of the Slurm tests: a real Slurm cluster, and the console's registration of it.
+
+The end-to-end tests run the real console stack (daphne, Celery worker and beat, SeaweedFS) of
+jobs/tests/e2e against a real Slurm 22.05 started here. Outside CI a machine without Slurm skips
+them; in CI (CI=true) a missing Slurm is a failure.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from jobs.tests import conftest as personas
+from jobs.tests.e2e import conftest as e2e
+
+from .cluster import LocalSlurm, SlurmUnavailable, register
+
+# the jobs tests' personas and the real console stack of the end-to-end tests
+alice, bob, staff = personas.alice, personas.bob, personas.staff
+alice_client, staff_client = personas.alice_client, personas.staff_client
+fast_password_hashing = personas.fast_password_hashing
+stack, e2e_settings, upload_script = e2e.stack, e2e.e2e_settings, e2e.upload_script
+object_storage_settings = personas.object_storage_settings
+
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+
+@pytest.fixture(scope="session")
+def slurm():
+    """A real Slurm cluster (munged, slurmctld, two slurmd, slurmrestd with JWT) for the session."""
+    cluster = LocalSlurm()
+    try:
+        cluster.start()
+    except SlurmUnavailable as exc:
+        if IN_CI:
+            pytest.fail(f"Slurm must run in CI: {exc}")
+        pytest.skip(str(exc))
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def fake_slurm(monkeypatch):
+    """Registered clusters' slurmrestd answers from memory (fakes.FakeSlurm), for the Django-level tests."""
+    from jobs.slurm.models import SlurmCluster
+
+    from .fakes import FakeSlurm
+
+    fake = FakeSlurm()
+    monkeypatch.setattr(SlurmCluster, "client", lambda self, timeout=10.0: fake)
+    return fake
+
+
+@pytest.fixture
+def idle_slurm(slurm):
+    """The cluster with no job of an earlier test left in it, before and after the test."""
+    slurm.clear()
+    yield slurm
+    slurm.clear()
+
+
+@pytest.fixture
+def slurm_cluster(idle_slurm, stack, transactional_db):
+    """The console knows the local cluster: jobs of server type g3 run there."""
+    return register(idle_slurm, stack.url)
+
+
+@pytest.hookimpl(tryfirst=True, hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.when == "call" and report.failed:
+        for name, title in (("stack", "stack logs"), ("slurm", "slurm logs"), ("idle_slurm", "slurm logs")):
+            running = item.funcargs.get(name)
+            if isinstance(running, LocalSlurm) or (name == "stack" and running is not None):
+                report.sections.append((title, running.logs()))
+        stack = item.funcargs.get("stack")
+        if stack is not None and (stack.log_dir / "worker.log").exists():  # the whole of the worker's tracebacks, which the tail may have cut
+            text = (stack.log_dir / "worker.log").read_text(errors="replace")
+            report.sections.append(("worker errors", "\n".join(line for line in text.splitlines() if "Task " not in line)[-20000:]))
+
+
+__all__ = ["SlurmUnavailable"]
