@@ -14,9 +14,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from console.services.daphne import daphne_command  # noqa: E402
 from console.services.objectstore import start_seaweedfs  # noqa: E402
 from console.services.ports import free_port, wait_for_port  # noqa: E402
+from console.services.processes import beat_command, daphne_command, worker_command  # noqa: E402
 
 BENCH_DB = os.environ.get("BENCH_DATABASE", "simpleai_bench")
 BENCH_PG = os.environ.get("BENCH_PG", "postgres://postgres@127.0.0.1:5432")
@@ -52,8 +52,8 @@ class BenchStack:
         django.setup()
         self._spawn(daphne_command(self.port), "daphne")
         if self.with_workers:
-            self._spawn([sys.executable, "-m", "celery", "-A", "console", "worker", "-P", "threads", "-c", "4", "-l", "warning"], "worker")
-            self._spawn([sys.executable, "-m", "celery", "-A", "console", "beat", "-l", "warning", "-s", str(self.tmp / "beat")], "beat")
+            self._spawn(worker_command(), "worker")
+            self._spawn(beat_command(self.tmp / "beat"), "beat")
         wait_for_port(self.port)
         return self
 

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from console.banner import ready_banner
-from console.services.daphne import daphne_command
 from console.services.objectstore import start_seaweedfs
 from console.services.ports import port_answers, wait_for_port
 from console.services.postgres_server import start_private_postgres
+from console.services.processes import beat_command, daphne_command, worker_command
 from console.services.redis_server import redis_answers, start_private_redis
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -195,9 +195,8 @@ def main() -> int:
         sup.start("daphne", daphne_command(port), env)
         # at "info" both log every 5-second tick, and the final box scrolls away within a minute
         celery_level = env.get("CELERY_LOG_LEVEL", "warning")
-        sup.start("celery-worker", [python, "-m", "celery", "-A", "console", "worker", "-l", celery_level, "--concurrency", "2"], env)
-        sup.start("celery-beat", [python, "-m", "celery", "-A", "console", "beat", "-l", celery_level,
-                                  "-s", str(RUN_DIR / "celerybeat-schedule")], env)
+        sup.start("celery-worker", worker_command(celery_level, python=python), env)
+        sup.start("celery-beat", beat_command(RUN_DIR / "celerybeat-schedule", celery_level, python=python), env)
         _local_nodes(sup, env, port)
         _announce_ready(env, port, admin_note, local_storage=not os.environ.get("S3_ENDPOINT_URL"))
         return sup.wait()

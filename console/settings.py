@@ -88,7 +88,9 @@ CHANNEL_LAYERS = {
         "CONFIG": {
             # redis-py 8 reads with a 5 s socket timeout, the same as channels_redis' blocking
             # pop: an idle consumer would time out and drop its WebSocket. Give reads room.
-            "hosts": [{"address": REDIS_URL, "socket_timeout": 30}],
+            # a fleet connecting or dropping at once uses many connections for a moment
+            "hosts": [{"address": REDIS_URL, "socket_timeout": 30,
+                       "max_connections": env_int("CHANNEL_LAYER_MAX_CONNECTIONS", 1000, minimum=10)}],
             "prefix": env_str("CHANNELS_PREFIX", "simpleai"),
         },
     }
@@ -101,6 +103,11 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# node liveness and failover assessments never wait behind other work (console/services/processes.py)
+CELERY_TASK_ROUTES = {
+    "jobs.tasks.watch_heartbeats": {"queue": "watchdog"},
+    "jobs.tasks.finish_failover_assessments": {"queue": "watchdog"},
+}
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},

@@ -23,12 +23,17 @@ from .heartbeats import BOOK
 from .notify import node_group
 
 log = logging.getLogger(__name__)
-RESYNC_EVERY_HEARTBEATS = 5
+# heartbeats in a row whose `running` differs from the desired state sent before it is sent again
+# (a placement being stopped within its grace differs for a few beats: that is expected)
+RESYNC_AFTER_DISAGREEMENTS = 3
+REJOIN_EVERY_HEARTBEATS = 5
 
 
 class AgentConsumer(ProtocolConsumer):
     session = 0
     token = None
+    sent: frozenset[str] = frozenset()  # placement keys of the desired state sent last
+    disagreements = 0
     in_group = False
     clock_offset = 0.0  # console time − agent time, measured at hello
 
@@ -109,8 +114,8 @@ class AgentConsumer(ProtocolConsumer):
 
     async def _join_group(self, announce: bool = False) -> None:
         """Join the node's group (pushed desired-state changes); first tell an older connection
-        of the node to close. Without Redis the node still works: it re-reads its desired state
-        with every few heartbeats, and joins when Redis is back."""
+        of the node to close. Without Redis the node still works: its desired state is sent again
+        when its heartbeats disagree with it, and it joins when Redis is back."""
         try:
             if announce:
                 await self.channel_layer.group_send(
@@ -125,12 +130,14 @@ class AgentConsumer(ProtocolConsumer):
         sent = beat.get("sent_at")
         BOOK.beat(self.node_id, self.session, float(sent) + self.clock_offset if sent is not None else time.time())
         self.beats += 1
-        if not self.in_group:
-            await self._join_group()
-        if self.beats % RESYNC_EVERY_HEARTBEATS == 0:
-            # level-triggered: a desired-state message lost in a disconnect heals itself, and
+        if not self.in_group or self.beats % REJOIN_EVERY_HEARTBEATS == 0:
             # group membership lost with a restarted Redis comes back (group_add is idempotent)
             await self._join_group()
+        # the desired state is pushed when it changes; it is sent again only when the agent's
+        # report keeps disagreeing with it (a push lost in a disconnect or a Redis outage)
+        running = {protocol.placement_key(r["job_id"], r["attempt"], r["role"]) for r in beat.get("running") or []}
+        self.disagreements = self.disagreements + 1 if running != self.sent else 0
+        if self.disagreements >= RESYNC_AFTER_DISAGREEMENTS:
             await self._send_desired()
 
     async def _attempt(self, message: protocol.AttemptUpdate) -> None:
@@ -146,6 +153,8 @@ class AgentConsumer(ProtocolConsumer):
 
     async def _send_desired(self) -> None:
         placements = await agent_db(nodes.desired_placements)(self.node_id)
+        self.sent = {protocol.placement_key(p["job_id"], p["attempt"], p["role"]) for p in placements}
+        self.disagreements = 0
         await self.send_json(protocol.Desired(type="desired", placements=placements))
 
     async def _superseded(self) -> None:

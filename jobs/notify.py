@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Iterable
 
+import redis
 from asgiref.sync import async_to_sync
 from celery import current_app
 from channels.layers import get_channel_layer
+from django.conf import settings
 from django.db import transaction
 
 log = logging.getLogger(__name__)
@@ -35,6 +38,18 @@ def sync_nodes_on_commit(node_ids: Iterable[int | None]) -> None:
         transaction.on_commit(lambda: _send(ids))
 
 
+# Set while a scheduler run is queued: events meanwhile ask for nothing more (a run reads every
+# waiting job), so a burst of events costs one run, not one task each. The run clears it before
+# it reads, so an event during a run queues exactly one more. The expiry bounds a lost task.
+SCHEDULE_REQUESTED = "simpleai:scheduler:requested"
+REQUEST_EXPIRY_SECONDS = 60
+
+
+@functools.cache
+def _flags() -> redis.Redis:
+    return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=5, socket_connect_timeout=2)
+
+
 def request_schedule() -> None:
     """Ask for a scheduler run (jobs.tasks.schedule_jobs), by name: this module sits below the tasks.
 
@@ -42,9 +57,18 @@ def request_schedule() -> None:
     makes up for a request the broker did not take (Redis down).
     """
     try:
-        current_app.send_task("jobs.tasks.schedule_jobs")
+        if _flags().set(SCHEDULE_REQUESTED, "1", nx=True, ex=REQUEST_EXPIRY_SECONDS):
+            current_app.send_task("jobs.tasks.schedule_jobs")
     except Exception:
         log.warning("could not ask for a scheduler run; the next tick does it", exc_info=True)
+
+
+def schedule_request_taken() -> None:
+    """Called by a scheduler run before it reads: later events queue the next run."""
+    try:
+        _flags().delete(SCHEDULE_REQUESTED)
+    except redis.RedisError:
+        log.warning("could not clear the scheduler request flag; it expires by itself", exc_info=True)
 
 
 def schedule_on_commit() -> None:

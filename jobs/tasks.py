@@ -7,7 +7,7 @@ import logging
 from celery import shared_task
 from django.db import transaction
 
-from . import failover, nodes, scheduler_run
+from . import failover, nodes, notify, scheduler_run
 from .models import Placement, TrainingJob
 
 log = logging.getLogger(__name__)
@@ -16,6 +16,7 @@ log = logging.getLogger(__name__)
 @shared_task(acks_late=True, ignore_result=True)
 def schedule_jobs() -> dict:
     """Place waiting jobs on free capacity (jobs.scheduler_run); idempotent."""
+    notify.schedule_request_taken()
     return scheduler_run.run().counts()
 
 

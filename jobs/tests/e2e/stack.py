@@ -16,8 +16,8 @@ from pathlib import Path
 
 from django.conf import settings
 
-from console.services.daphne import daphne_command
 from console.services.ports import free_port, wait_for_port
+from console.services.processes import beat_command, daphne_command, worker_command
 
 ROOT = Path(settings.BASE_DIR)
 
@@ -100,8 +100,8 @@ class Stack:
         _stop(self.processes.pop("daphne"))
 
     def start_workers(self) -> None:
-        self._spawn("worker", [sys.executable, "-m", "celery", "-A", "console", "worker", "-P", "threads", "-c", "4", "-l", "info", "--without-mingle", "--without-gossip"])
-        self._spawn("beat", [sys.executable, "-m", "celery", "-A", "console", "beat", "-l", "warning", "-s", str(self.log_dir / "beat-schedule")])
+        self._spawn("worker", worker_command(log_level="info"))
+        self._spawn("beat", beat_command(self.log_dir / "beat-schedule"))
 
     def agent(self, name: str, token: str, gpus: str = "simulated:8", server_type: str = "g2", extra: tuple[str, ...] = (),
               env: dict[str, str] | None = None, work_name: str = "") -> Agent:

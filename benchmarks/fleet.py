@@ -1,0 +1,466 @@
+"""A fleet of simulated nodes against one console. Prints figures; asserts nothing.
+
+Run: `.venv/bin/python benchmarks/fleet.py [--nodes 1000] [--jobs 5000] [--job-seconds 10]`.
+A real console (daphne, one Celery worker, beat) on a throw-away PostgreSQL database and Redis
+db 13, and `--nodes` simulated agents in this one process: each speaks the real protocol over its
+own WebSocket with its own node token (nodeagent.connection.Connection, nodeagent.spool.Spool,
+unchanged; the spool skips fsync, as a thousand agents share this one disk). An agent "runs" a
+placement by reporting it preparing and running, printing two lines, and exiting 0 after the
+seconds its command sleeps. Three phases:
+
+1. connect: agents connect at `--connect-rate` per second; hello → welcome times;
+2. idle: `--idle-seconds` of heartbeats only: the console's CPU and memory;
+3. jobs: `--jobs` jobs (1–2 nodes × 1–8 GPUs, `sleep --job-seconds`) created through the REST
+   API by four users; `--kill` agents are killed half-way (their sockets dropped, no more
+   heartbeats): how long until each is declared Lost.
+
+Throughout: connected and Lost nodes every 5 s, the heartbeat processing lag (when the console
+stored a node's newest heartbeat minus when the agent sent it), created → Running, agent
+message → ack, completions per minute against the ideal, how busy the fleet's GPUs are, and the
+scheduler's runs (from the worker's log). `--console-tree PATH` runs the console from another
+checkout (e.g. an older commit) with this process's Python, for a before/after side by side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections import Counter
+from pathlib import Path
+
+import psutil
+import psycopg
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from console.services.ports import free_port, wait_for_port  # noqa: E402
+from nodeagent import protocol  # noqa: E402
+from nodeagent.connection import Connection  # noqa: E402
+from nodeagent.logstream import Outbox  # noqa: E402
+from nodeagent.spool import Spool  # noqa: E402
+
+PG = os.environ.get("BENCH_PG", "postgres://postgres@127.0.0.1:5432")
+DB = os.environ.get("BENCH_DATABASE", "simpleai_fleet")
+REDIS = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/13")
+GRACE = 30  # NODE_LOST_AFTER_SECONDS of the console under test
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))]
+
+
+# -- the console under test -------------------------------------------------------------------
+
+class Console:
+    def __init__(self, tree: Path, daphnes: int) -> None:
+        self.tree, self.tmp = tree, Path(tempfile.mkdtemp(prefix="simpleai-fleet-"))
+        self.ports = [free_port() for _ in range(daphnes)]
+        self.processes: dict[str, subprocess.Popen] = {}
+        self.env = {
+            **os.environ, "DJANGO_SETTINGS_MODULE": "console.settings", "DATABASE_URL": f"{PG}/{DB}",
+            "REDIS_URL": REDIS, "CHANNELS_PREFIX": "simpleai-fleet", "NODE_LOST_AFTER_SECONDS": str(GRACE),
+            "JOB_STOP_GRACE_SECONDS": "5", "SCHEDULER_TICK_SECONDS": "5", "PYTHONUNBUFFERED": "1",
+            "S3_ENDPOINT_URL": "", "LOG_LEVEL": "WARNING",
+        }
+
+    def start(self) -> None:
+        for sql in (f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)", f"CREATE DATABASE {DB}"):
+            subprocess.run(["psql", f"{PG}/postgres", "-qc", sql], check=True, capture_output=True)
+        subprocess.run(["redis-cli", "-u", REDIS, "flushdb"], check=True, capture_output=True)
+        python = sys.executable
+        subprocess.run([python, "manage.py", "migrate", "-v0"], cwd=self.tree, env=self.env, check=True)
+        for i, port in enumerate(self.ports):
+            self._spawn(f"daphne-{i}", self._daphne(python, port))
+        self._spawn("worker", [python, "-m", "celery", "-A", "console", "worker", "-P", "threads", "-c", "4",
+                               "-l", "info", *self._queues()])
+        self._spawn("beat", [python, "-m", "celery", "-A", "console", "beat", "-l", "warning", "-s", str(self.tmp / "beat")])
+        for port in self.ports:
+            wait_for_port(port, timeout=60)
+
+    def _daphne(self, python: str, port: int) -> list[str]:
+        if (self.tree / "console" / "services" / "processes.py").exists():
+            code = f"from console.services.processes import daphne_command; print(' '.join(daphne_command({port})))"
+            return subprocess.run([python, "-c", code], cwd=self.tree, capture_output=True, text=True, check=True).stdout.split()
+        return [python, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "console.asgi:application"]
+
+    def _queues(self) -> list[str]:
+        processes = self.tree / "console" / "services" / "processes.py"
+        return ["-Q", "celery,watchdog"] if processes.exists() else []
+
+    def _spawn(self, name: str, args: list[str]) -> None:
+        with open(self.tmp / f"{name}.log", "ab") as log:
+            self.processes[name] = subprocess.Popen(args, cwd=self.tree, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                                                    start_new_session=True)
+
+    def manage(self, code: str) -> str:
+        return subprocess.run([sys.executable, "manage.py", "shell", "-c", code], cwd=self.tree, env=self.env,
+                              capture_output=True, text=True, check=True).stdout
+
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.processes.values() if p.poll() is None]
+
+    def worker_log(self) -> str:
+        return (self.tmp / "worker.log").read_text(errors="replace")
+
+    def stop(self) -> None:
+        for process in self.processes.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
+        for process in self.processes.values():
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+        subprocess.run(["psql", f"{PG}/postgres", "-qc", f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)"], capture_output=True)
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+# -- the simulated fleet ----------------------------------------------------------------------
+
+class TimedSpool(Spool):
+    """A spool that notes when each message first went out and when its ack came back (and
+    skips fsync: a thousand agents share this one disk)."""
+
+    acks: list[float] = []  # message → ack latencies of every agent, seconds
+
+    def __init__(self, directory: Path) -> None:
+        super().__init__(directory)
+        self.sent_at: dict[int, float] = {}
+
+    def sync(self) -> None:
+        self._file.flush()
+
+    def unsent(self, after: int):
+        batch = super().unsent(after)
+        now = time.monotonic()
+        for msg_id, _ in batch:
+            self.sent_at.setdefault(msg_id, now)
+        return batch
+
+    def ack(self, upto: int) -> None:
+        now = time.monotonic()
+        for msg_id in [m for m in self.sent_at if m <= upto]:
+            TimedSpool.acks.append(now - self.sent_at.pop(msg_id))
+        super().ack(upto)
+
+
+class SimSupervisor:
+    """Runs desired placements as timers: preparing, running, two lines, exit 0 after the sleep."""
+
+    def __init__(self, outbox: Outbox) -> None:
+        self.outbox = outbox
+        self.tasks: dict[str, asyncio.Task] = {}
+        self.finished: set[str] = set()
+
+    def running(self) -> list[protocol.RunningRef]:
+        return [protocol.RunningRef(job_id=int(k.split("/")[0]), attempt=int(k.split("/")[1]), role=k.split("/")[2])
+                for k in self.tasks]
+
+    def reconcile(self, placements: list[protocol.Placement]) -> None:
+        wanted = {protocol.placement_key(p["job_id"], p["attempt"], p["role"]): p for p in placements}
+        for key, placement in wanted.items():
+            if key not in self.tasks and key not in self.finished:
+                self.tasks[key] = asyncio.get_running_loop().create_task(self._run(key, placement))
+        for key in [k for k in self.tasks if k not in wanted]:
+            self.tasks.pop(key).cancel()
+
+    async def _run(self, key: str, placement: protocol.Placement) -> None:
+        seconds = float(m.group(1)) if (m := re.search(r"sleep (\d+(?:\.\d+)?)", placement["command"])) else 1.0
+        try:
+            self.outbox.attempt(placement, "preparing")
+            self.outbox.attempt(placement, "running")
+            started = time.time()
+            self.outbox.logs(placement["job_id"], placement["attempt"], placement["role"],
+                             [[1, started, f"[INFO] Starting the command: {placement['command']}"], [2, started, "training"]])
+            await asyncio.sleep(seconds)
+            self.outbox.attempt(placement, "exited", exit_code=0)
+        except asyncio.CancelledError:
+            self.outbox.attempt(placement, "exited", signal=15)
+            raise
+        finally:
+            self.finished.add(key)
+            self.tasks.pop(key, None)
+
+
+class SimAgent:
+    def __init__(self, name: str, token: str, url: str, work: Path) -> None:
+        self.name = name
+        self.spool = TimedSpool(work / name)
+        self.supervisor = SimSupervisor(Outbox(self.spool))
+        node = protocol.NodeInfo(
+            name=name, server_type="g2", address="127.0.0.1", cpus=96, memory_gb=2048, runtime="process",
+            agent_version="fleet-sim",
+            gpus=[protocol.GpuInfo(index=i, uuid=f"{name}-{i}", model="H100", memory_gb=80) for i in range(8)],
+        )
+        self.connection = Connection(url, token, node, self.spool, self.supervisor, on_welcome=self._welcomed)  # type: ignore[arg-type]
+        self.opened = 0.0
+        self.welcome_seconds: float | None = None
+        self.task: asyncio.Task | None = None
+
+    def _welcomed(self, welcome) -> None:
+        if self.welcome_seconds is None:
+            self.welcome_seconds = time.monotonic() - self.opened
+
+    def start(self) -> None:
+        self.opened = time.monotonic()
+        self.task = asyncio.get_running_loop().create_task(self.connection.run())
+
+    def kill(self) -> None:
+        """As a node that loses power: its socket goes, nothing more is sent."""
+        for task in self.supervisor.tasks.values():
+            task.cancel()
+        if self.task:
+            self.task.cancel()
+
+
+# -- measuring --------------------------------------------------------------------------------
+
+class Probe:
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.db = psycopg.connect(f"{PG}/{DB}", autocommit=True)
+        self.timeline: list[tuple[float, int, int, float, float]] = []  # t, connected, lost, busy %, lag p99
+
+    def poll(self, t0: float, gpus: int) -> None:
+        connected, lost = self.db.execute("SELECT count(*) FILTER (WHERE connected), count(*) FILTER (WHERE lost) FROM jobs_node").fetchone()
+        held = self.db.execute(
+            "SELECT coalesce(sum(jsonb_array_length(gpu_indices)), 0) FROM jobs_placement WHERE state IN ('assigned','preparing','running')"
+        ).fetchone()[0]
+        lag = self.lag_p99()
+        self.timeline.append((time.monotonic() - t0, connected, lost, 100 * held / gpus if gpus else 0, lag))
+
+    def lag_p99(self) -> float:
+        try:
+            rows = self.db.execute(
+                "SELECT extract(epoch FROM last_heartbeat_at - last_sent_at) FROM jobs_node WHERE connected AND last_sent_at IS NOT NULL"
+            ).fetchall()
+        except psycopg.errors.UndefinedColumn:  # a console from before the agent's send time was kept
+            return float("nan")
+        return percentile([r[0] for r in rows], 99)
+
+    def created_to_running(self) -> list[float]:
+        rows = self.db.execute("""
+            SELECT extract(epoch FROM r.created_at - p.created_at) FROM jobs_jobstatuschange p
+            JOIN jobs_jobstatuschange r ON r.job_id = p.job_id AND r.new_status = 'Running'
+            WHERE p.new_status = 'Pending' AND p.old_status = ''
+        """).fetchall()
+        return [r[0] for r in rows]
+
+    def completions_per_minute(self) -> dict[int, int]:
+        rows = self.db.execute(
+            "SELECT date_trunc('minute', created_at), count(*) FROM jobs_jobstatuschange WHERE new_status = 'Completed' GROUP BY 1 ORDER BY 1"
+        ).fetchall()
+        return {i: count for i, (_, count) in enumerate(rows)}
+
+
+def console_usage(pids: list[int], seconds: float) -> tuple[float, float]:
+    """CPU (% of one core) and resident memory (MB) of the console's processes over `seconds`."""
+    procs = []
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            proc = psutil.Process(pid)
+            procs += [proc, *proc.children(recursive=True)]
+    before = {p.pid: sum(p.cpu_times()[:2]) for p in procs if p.is_running()}
+    time.sleep(seconds)
+    cpu = rss = 0.0
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            cpu += sum(p.cpu_times()[:2]) - before.get(p.pid, 0)
+            rss += p.memory_info().rss
+    return 100 * cpu / seconds, rss / 2**20
+
+
+def scheduler_runs(log: str) -> list[float]:
+    return [float(s) for s in re.findall(r"Task jobs\.tasks\.schedule_jobs\[[^\]]+\] succeeded in ([0-9.e-]+)s", log)]
+
+
+# -- the run ----------------------------------------------------------------------------------
+
+def make_users(console: Console, tokens: int) -> list[str]:
+    code = (
+        "from django.contrib.auth import get_user_model; from rest_framework.authtoken.models import Token\n"
+        f"for i in range({tokens}):\n"
+        "    u = get_user_model().objects.create_user(f'fleet{i}')\n"
+        "    print(Token.objects.create(user=u).key)\n"
+    )
+    return re.findall(r"^[0-9a-f]{40}$", console.manage(code), re.MULTILINE)
+
+
+def mint_tokens(console: Console, names: list[str]) -> dict[str, str]:
+    code = (
+        "import json, secrets; from jobs.models import NodeToken; from jobs.models.nodes import hash_token\n"
+        f"names = {names!r}\nout = {{}}\nrows = []\n"
+        "for n in names:\n    t = 'sat_' + secrets.token_urlsafe(32); out[n] = t; rows.append(NodeToken(name=n, token_hash=hash_token(t)))\n"
+        "NodeToken.objects.bulk_create(rows)\nprint(json.dumps(out))\n"
+    )
+    return json.loads(console.manage(code).strip().splitlines()[-1])
+
+
+def create_jobs(url: str, tokens: list[str], count: int, seconds: float, rng: random.Random) -> tuple[list[float], float]:
+    """Create `count` jobs through the API; returns the API latencies and the GPUs they ask for."""
+    latencies, gpus = [], 0.0
+    for i in range(count):
+        per_node, nodes = rng.choice([1, 2, 4, 8]), rng.choice([1, 1, 2])
+        gpus += per_node * nodes
+        body = json.dumps({
+            "name": f"fleet-{i}", "learning_type": "on_demand", "framework": "pytorch", "framework_version": "2.13.0",
+            "server_type": "g2", "gpus_per_node": per_node, "memory_gb": 256 * per_node, "node_count": nodes,
+            "shm_size_gb": 8, "image_url": "registry.example.com/trainer:1", "keep_alive_minutes": 0,
+            "command": f"sleep {seconds}", "tags": [],
+        }).encode()
+        request = urllib.request.Request(f"{url}/api/v1/training-jobs/", data=body, method="POST", headers={
+            "Content-Type": "application/json", "Authorization": f"Token {tokens[i % len(tokens)]}"})
+        began = time.monotonic()
+        with urllib.request.urlopen(request, timeout=60) as response:
+            response.read()
+        latencies.append(time.monotonic() - began)
+    return latencies, gpus / max(count, 1)
+
+
+async def run(args) -> None:
+    tree = Path(args.console_tree).resolve() if args.console_tree else ROOT
+    console = Console(tree, args.daphnes)
+    console.start()
+    probe = Probe(console)
+    work = console.tmp / "agents"
+    names = [f"fleet-{i:04d}" for i in range(args.nodes)]
+    tokens = mint_tokens(console, names)
+    users = make_users(console, 4)
+    urls = [f"ws://127.0.0.1:{port}{protocol.AGENT_PATH}" for port in console.ports]
+    agents = [SimAgent(name, tokens[name], urls[i % len(urls)], work) for i, name in enumerate(names)]
+    gpus = 8 * args.nodes
+    t0 = time.monotonic()
+    loop = asyncio.get_running_loop()
+
+    async def sample_forever():
+        while True:
+            await loop.run_in_executor(None, probe.poll, t0, gpus)
+            await asyncio.sleep(5)
+
+    sampler = loop.create_task(sample_forever())
+    print(f"console: {console.tree} ({len(console.ports)} daphne), {args.nodes} simulated nodes × 8 GPUs")
+
+    # 1. connect
+    for agent in agents:
+        agent.start()
+        await asyncio.sleep(1 / args.connect_rate)
+    deadline = time.monotonic() + 120
+    while sum(a.welcome_seconds is not None for a in agents) < len(agents) and time.monotonic() < deadline:
+        await asyncio.sleep(0.5)
+    connected_in = time.monotonic() - t0
+    welcomes = [a.welcome_seconds for a in agents if a.welcome_seconds is not None]
+    print(f"connect: {len(welcomes)}/{len(agents)} welcomed in {connected_in:.1f} s "
+          f"(at {args.connect_rate}/s); hello→welcome p50 {percentile(welcomes, 50):.3f} s, p99 {percentile(welcomes, 99):.3f} s")
+
+    # 2. idle
+    await asyncio.sleep(10)
+    cpu, rss = await loop.run_in_executor(None, console_usage, console.pids(), args.idle_seconds)
+    lost_idle = probe.timeline[-1][2] if probe.timeline else 0
+    print(f"idle {args.idle_seconds} s: console CPU {cpu:.0f} % of one core, RSS {rss:.0f} MB; "
+          f"heartbeat lag p99 {probe.lag_p99():.2f} s; nodes Lost (falsely) {lost_idle}")
+
+    # 3. jobs
+    TimedSpool.acks.clear()
+    runs_before = len(scheduler_runs(console.worker_log()))
+    job_t0 = time.monotonic()
+    rng = random.Random(7)
+    creator = loop.run_in_executor(None, create_jobs, f"http://127.0.0.1:{console.ports[0]}", users, args.jobs, args.job_seconds, rng)
+    killed: dict[str, float] = {}
+    declared: dict[str, float] = {}
+
+    async def watch_killed():
+        while len(declared) < len(killed):
+            rows = await loop.run_in_executor(None, lambda: probe.db.execute(
+                "SELECT name FROM jobs_node WHERE lost AND name = ANY(%s)", [list(killed)]).fetchall())
+            for (name,) in rows:
+                declared.setdefault(name, time.monotonic() - killed[name])
+            await asyncio.sleep(1)
+
+    watcher = None
+    if args.kill:
+        await asyncio.sleep(args.job_seconds * 3)
+        for agent in agents[-args.kill:]:
+            agent.kill()
+            killed[agent.name] = time.monotonic()
+        watcher = loop.create_task(watch_killed())
+    api_latencies, avg_gpus = await creator
+    created_in = time.monotonic() - job_t0
+    usage_cpu, usage_rss = await loop.run_in_executor(None, console_usage, console.pids(), 10)
+    while True:  # until every job ended (or no progress for a while)
+        left = await loop.run_in_executor(None, lambda: probe.db.execute(
+            "SELECT count(*) FROM jobs_trainingjob WHERE status NOT IN ('Completed','Failed','Pending - internalerror',"
+            "'Pending - maxretriesexceeded','Stopped')").fetchone()[0])
+        if left == 0 or time.monotonic() - job_t0 > args.jobs * args.job_seconds + 600:
+            break
+        await asyncio.sleep(2)
+    drained_in = time.monotonic() - job_t0
+    if watcher is not None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(watcher, timeout=GRACE * 3)
+    sampler.cancel()
+
+    statuses = Counter(r[0] for r in probe.db.execute("SELECT status FROM jobs_trainingjob").fetchall())
+    to_running = probe.created_to_running()
+    per_minute = probe.completions_per_minute()
+    ideal = (gpus * 60 / avg_gpus / args.job_seconds) if avg_gpus else 0
+    runs = scheduler_runs(console.worker_log())[runs_before:]
+    busy = [row[3] for row in probe.timeline if row[0] >= job_t0 - t0 and row[0] <= job_t0 - t0 + created_in]
+    print(f"jobs: {args.jobs} created through the API in {created_in:.0f} s (API p50 {percentile(api_latencies, 50) * 1000:.0f} ms, "
+          f"p99 {percentile(api_latencies, 99) * 1000:.0f} ms); all ended in {drained_in:.0f} s: {dict(statuses)}")
+    print(f"  created→Running p50 {percentile(to_running, 50):.2f} s, p99 {percentile(to_running, 99):.2f} s")
+    print(f"  agent message→ack p50 {percentile(TimedSpool.acks, 50):.3f} s, p99 {percentile(TimedSpool.acks, 99):.3f} s "
+          f"({len(TimedSpool.acks)} messages)")
+    best = max(per_minute.values()) if per_minute else 0
+    print(f"  completions per minute: best {best}, mean {statistics.mean(per_minute.values()) if per_minute else 0:.0f}; "
+          f"ideal {ideal:.0f} (every GPU busy, {avg_gpus:.1f} GPUs per job, {args.job_seconds:g} s each)")
+    print(f"  GPUs busy while jobs were queued: mean {statistics.mean(busy) if busy else 0:.0f} %, "
+          f"min {min(busy) if busy else 0:.0f} %")
+    print(f"  console CPU under load {usage_cpu:.0f} % of one core, RSS {usage_rss:.0f} MB")
+    print(f"  scheduler: {len(runs)} runs for {args.jobs} jobs ({len(runs) / max(args.jobs, 1):.2f} per job); "
+          f"run time p50 {percentile(runs, 50) * 1000:.0f} ms, p99 {percentile(runs, 99) * 1000:.0f} ms, max {max(runs, default=0) * 1000:.0f} ms")
+    if killed:
+        times = list(declared.values())
+        print(f"  killed {len(killed)} nodes: {len(times)} declared Lost, after {percentile(times, 50):.1f} s median, "
+              f"{max(times, default=float('nan')):.1f} s at most (grace {GRACE} s, watchdog every 5 s)")
+    print("timeline (s, connected, Lost, GPUs busy %, heartbeat lag p99 s):")
+    for t, connected, lost, busy_pct, lag in probe.timeline[:: max(1, len(probe.timeline) // 30)]:
+        print(f"  {t:6.0f} {connected:6d} {lost:5d} {busy_pct:6.1f} {lag:8.2f}")
+    for agent in agents:
+        agent.kill()
+    await asyncio.sleep(0.5)
+    console.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--jobs", type=int, default=5000)
+    parser.add_argument("--job-seconds", type=float, default=10)
+    parser.add_argument("--connect-rate", type=float, default=50, help="agents connecting per second")
+    parser.add_argument("--idle-seconds", type=float, default=60)
+    parser.add_argument("--kill", type=int, default=10, help="agents killed half-way through the jobs")
+    parser.add_argument("--daphnes", type=int, default=1, help="daphne processes (agents are spread over them)")
+    parser.add_argument("--console-tree", default="", help="run the console from this checkout instead")
+    args = parser.parse_args()
+    asyncio.run(run(args))
+
+
+if __name__ == "__main__":
+    main()
