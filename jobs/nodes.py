@@ -15,6 +15,7 @@ from workspaces.agent_hints import add_warm_pool_hints
 
 from . import actions, failover
 from .choices import JobStatus
+from .environments import add_environments
 from .models import HardwareEvent, Node, NodeGPU, NodeToken, Placement, PlacementState, ServerType, TrainingJob
 from .models.attempts import HOLDING_STATES
 from .models.nodes import hash_token
@@ -107,7 +108,8 @@ def desired_placements(node_id: int) -> list[protocol.Placement]:
             stop_grace_seconds=settings.JOB_STOP_GRACE_SECONDS,
             env=checkpoint_environment(job),
         ))
-    return add_warm_pool_hints(result)  # workspaces: keep / reuse prepared environments
+    # workspaces: keep / reuse prepared files; jobs.environments: the job's training environment
+    return add_environments(add_warm_pool_hints(result))
 
 
 def checkpoint_environment(job: TrainingJob) -> dict[str, str]:

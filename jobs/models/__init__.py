@@ -1,10 +1,11 @@
 """Models of the jobs app: Training Jobs, the node registry, and attempts (placements)."""
 
 from .attempts import JobAttempt, Placement, PlacementState
+from .environments import TrainingEnvironment
 from .jobs import JobStatusChange, JobTag, ServerType, TrainingJob
 from .nodes import HardwareEvent, Node, NodeGPU, NodeToken
 
 __all__ = [
     "HardwareEvent", "JobAttempt", "JobStatusChange", "JobTag", "Node", "NodeGPU", "NodeToken", "Placement",
-    "PlacementState", "ServerType", "TrainingJob",
+    "PlacementState", "ServerType", "TrainingEnvironment", "TrainingJob",
 ]
