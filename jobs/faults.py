@@ -25,6 +25,8 @@ PEER_FAILURE_PATTERNS = (
                r"gloo/transport|NCCL (error|communicator was aborted)|ProcessGroupGloo|watchdog caught collective", re.I),
 )
 USER_LOG_PATTERNS = (
+    # nodeagent.envcache: the job's training environment (its pinned list) could not be built
+    (re.compile(r"Training environment \S+ could not be prepared"), "the training environment could not be prepared"),
     (re.compile(r"CUDA out of memory", re.I), "CUDA out of memory"),
     (re.compile(r"command not found|No such file or directory", re.I), "command not found"),
     (re.compile(r"^Traceback \(most recent call last\):"), "a Python exception"),

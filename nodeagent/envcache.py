@@ -28,6 +28,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import sys
 import sysconfig
@@ -48,6 +49,7 @@ LOCK_POLL = 0.5  # seconds between tries of a busy lock (polled: a stopped job s
 PROGRESS_PREFIXES = ("Collecting", "Downloading", "Building", "Created wheel", "Installing collected",
                      "Successfully", "Requirement already satisfied: torch", "ERROR", "error:")
 TAIL_LINES = 25  # pip's last lines kept for the failure message
+_FROM = re.compile(r" \(from [^)]*(\)|$).*$")  # "Collecting x (from y->-r /long/path (line 3))": the package is enough
 
 
 class JobLog(Protocol):
@@ -106,10 +108,14 @@ class EnvironmentCache:
         return self.root / "envs" / environment_key(spec, f"{self.python} {self.tag}")
 
     def manifest(self, spec: TrainingEnvironment) -> dict[str, Any] | None:
+        """The complete environment's record, or None (not built, half built, or its layer is gone)."""
         try:
-            return json.loads((self.entry(spec) / MANIFEST).read_text())
+            record = json.loads((self.entry(spec) / MANIFEST).read_text())
         except (OSError, ValueError):
             return None
+        if record.get("torch_layer") and not (Path(record["torch_layer"]) / MANIFEST).is_file():
+            return None
+        return record
 
     async def prepare(self, spec: TrainingEnvironment, log: JobLog) -> PreparedEnvironment:
         """The environment ready to use: from the cache, or built now (raises EnvironmentFailed)."""
@@ -216,7 +222,7 @@ class EnvironmentCache:
                 tail.append(line)
                 output.append(line)
                 if not quiet and line.lstrip().startswith(PROGRESS_PREFIXES):
-                    log.info(f"  {line.strip()}")
+                    log.info(f"  {_FROM.sub('', line.strip())}")
             code = await process.wait()
         except asyncio.CancelledError:  # the job was stopped while its environment was being built
             with contextlib.suppress(ProcessLookupError):

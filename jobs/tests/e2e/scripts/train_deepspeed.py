@@ -22,7 +22,9 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--local_rank", type=int, default=-1)  # passed by DeepSpeed's launcher
 parser.add_argument("--zero", type=int, default=3)
 parser.add_argument("--steps", type=int, default=12)
-parser.add_argument("--every", type=int, default=4)
+parser.add_argument("--every", type=int, default=4, help="checkpoint every N steps (0: never)")
+parser.add_argument("--output_dir", default=os.environ.get("OUTPUT_DIR", "out"),
+                    help="checkpoints; on several nodes a directory every node shares (File Storage)")
 parser.add_argument("--sleep", type=float, default=0.0)
 args = parser.parse_args()
 
@@ -48,7 +50,7 @@ config = {
 optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
 engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
 checkpoints = wrap_deepspeed_engine(engine, host_cache_size=0.05, keep_last=3)
-output_dir = os.environ.get("OUTPUT_DIR", "out")
+output_dir = args.output_dir
 start = 0
 if os.environ.get("CKPT_LAST_STEP") is not None:
     path, client_state = engine.load_checkpoint(output_dir, tag=f"global_step{os.environ['CKPT_LAST_STEP']}")
@@ -62,7 +64,7 @@ for step in range(start + 1, args.steps + 1):
     engine.backward(loss)
     engine.step()
     say(f"rank {rank} step {step} loss {loss.item():.6f}")
-    if step % args.every == 0:
+    if args.every and step % args.every == 0:
         engine.save_checkpoint(output_dir)
     time.sleep(args.sleep)
 checkpoints.wait()
