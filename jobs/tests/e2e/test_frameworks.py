@@ -149,6 +149,44 @@ def test_a_zero3_deepspeed_job_resumes_from_its_concurrent_checkpoint_after_a_fa
     assert any("training finished at step 24" in t for t in second)
 
 
+# -- the Docker runtime: the job's image provides the environment -------------------------------
+
+IN_CONTAINERS = pytest.mark.parametrize("runtime", ["docker"], indirect=True)
+
+
+@IN_CONTAINERS
+def test_in_containers_the_seed_python_command_runs_in_the_framework_image(alice, start_nodes, upload_script, volume, e2e_settings, runtime):
+    start_nodes("node-a", "node-b")
+    command = 'PYTHONPATH=$CHECKPOINT_VENDOR HF_DATASETS_OFFLINE="1" python version_check.py'
+
+    job = run_on_two_nodes(alice, "deepspeed", command, volume, script_url=upload_script("version_check.py"),
+                           **runtime.job_fields(image_url=runtime.host.frameworks_image))
+
+    master = stream_text(job.pk, "master")
+    assert any(f"provided by the job's image {runtime.host.frameworks_image}" in line for line in master)
+    line = next(text for text in master if text.startswith("rank 0 of 2 on node 0"))
+    for version in ("torch 2.13.0", "transformers 5.10.2", "datasets 4.8.4", "safetensors 0.8.0", "accelerate 1.13.0",
+                    "numpy 2.4.6", "deepspeed 0.18.9"):
+        assert version in line, line
+    assert "python /usr/bin/python" in line and "all_reduce 1" in line  # the image's python, both nodes in one world
+    assert any(text.startswith("rank 1 of 2 on node 1") for text in stream_text(job.pk, "worker-1"))
+    assert runtime.containers(job.pk) == []
+
+
+@IN_CONTAINERS
+def test_in_containers_the_seed_deepspeed_command_joins_both_nodes(alice, start_nodes, volume, e2e_settings, runtime):
+    start_nodes("node-a", "node-b")
+    command = (f"PYTHONPATH=$CHECKPOINT_VENDOR deepspeed --num_gpus=1 {volume}/train_deepspeed.py "
+               f"--zero 3 --steps 4 --every 2 --output_dir {volume}/ds-checkpoints")
+
+    job = run_on_two_nodes(alice, "deepspeed", command, volume, **runtime.job_fields(image_url=runtime.host.frameworks_image))
+
+    assert ranks_in(job.pk, "master", r"^rank (\d) step 4 loss") == {0}
+    assert ranks_in(job.pk, "worker-1", r"^rank (\d) step 4 loss") == {1}
+    assert any("deepspeed: node 1 of 2" in line and "(no ssh)" in line for line in stream_text(job.pk, "worker-1"))
+    assert (volume / "ds-checkpoints" / "concurrent_checkpoint" / "step-4" / "MANIFEST.json").is_file()
+
+
 # -- environments: prepared once, cached, a failure says why ------------------------------------
 
 def small_environment(name: str, version: str) -> TrainingEnvironment:
