@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-FRAMEWORKS_RECIPE = "frameworks-deepspeed-0.18.9-torch-2.13.0-v1"  # change it when the image changes
+FRAMEWORKS_RECIPE = "frameworks-deepspeed-0.18.9-torch-2.13.0-v2"  # change it when the image changes
 FRAMEWORKS_IMAGE_PATH = "team/frameworks"
 FRAMEWORKS_IMAGE_TAG = "0.18.9"
 
@@ -54,19 +54,27 @@ def ensure_frameworks_tar(cache_dir: Path, base_tar: Path, run) -> tuple[Path, f
     entry.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=entry, prefix="build-") as build:
         root = Path(build) / "root"
+        root.mkdir()
+        run(["tar", "-xf", str(base_tar), "-C", str(root)])  # one tree, one tar: no path twice in the layer
         site = root / "usr/local/lib/python3.11/dist-packages"
         requirements = Path(build) / "requirements.txt"
         requirements.write_text("\n".join(_requirements()) + "\n")
         env = {**os.environ, "DS_BUILD_OPS": "0", "DS_BUILD_SHM_COMM": "1", "DS_ACCELERATOR": "cpu", "PIP_PROGRESS_BAR": "off"}
-        # --no-build-isolation: deepspeed builds against this interpreter's torch 2.13.0, not a download
-        run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-build-isolation",
+        # --no-build-isolation: deepspeed builds against this interpreter's torch 2.13.0, not a download;
+        # --no-cache-dir: a deepspeed wheel cached from a build without the op must not be reused
+        run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-build-isolation", "--no-cache-dir",
              "--target", str(site), "-r", str(requirements)], env=env)
-        (root / "usr/local").mkdir(parents=True, exist_ok=True)
-        shutil.move(str(site / "bin"), str(root / "usr/local/bin"))
-        _fix_scripts(root / "usr/local/bin")
+        programs = root / "usr/local/bin"
+        programs.mkdir(parents=True, exist_ok=True)
+        for script in (site / "bin").iterdir():
+            shutil.move(str(script), str(programs / script.name))
+        (site / "bin").rmdir()
+        _fix_scripts(programs)
+        installed = (site / "deepspeed" / "git_version_info_installed.py").read_text()
+        if "'deepspeed_shm_comm': False" in installed or "deepspeed_shm_comm" not in installed:
+            raise RuntimeError(f"DeepSpeed's shared-memory op was not built into the image: {installed}")
         partial = Path(build) / "image.tar"
-        shutil.copy(base_tar, partial)
-        run(["tar", "-rf", str(partial), "-C", str(root), "./usr/local"])
+        run(["tar", "-C", str(root), "-cf", str(partial), "."])
         os.replace(partial, tar)  # atomic: a half-written tar is never taken for the cache
     return tar, time.monotonic() - started
 
