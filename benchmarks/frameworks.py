@@ -49,8 +49,10 @@ class QuietLog(PrintLog):
 
 def pip_cache_state() -> str:
     result = subprocess.run([sys.executable, "-m", "pip", "cache", "info"], capture_output=True, text=True)
-    size = next((line.split(":", 1)[1].strip() for line in result.stdout.splitlines() if "HTTP files size" in line), "?")
-    return f"pip's HTTP cache holds {size}"
+    sizes = {key: line.split(":", 1)[1].strip() for line in result.stdout.splitlines()
+             for key in ("Package index page cache size", "Locally built wheels size") if line.startswith(key)}
+    return (f"pip's download cache: {sizes.get('Package index page cache size', '?')}, "
+            f"its built-wheel cache: {sizes.get('Locally built wheels size', '?')}")
 
 
 def environments(rounds: int) -> None:
@@ -70,16 +72,18 @@ def environments(rounds: int) -> None:
             size = subprocess.run(["du", "-sh", str(root / "envs"), str(root / "layers")], capture_output=True, text=True).stdout
         finally:
             shutil.rmtree(root, ignore_errors=True)
-    print(f"\n{'environment':<18} {'preparation':<40} {'seconds (median)':>17}")
+    print(f"\n{'environment':<18} {'preparation':<40} {'median':>12}")
     by_key: dict[tuple[str, str], list[float]] = {}
     for _, name, label, seconds, _ in rows:
         by_key.setdefault((name, label), []).append(seconds)
     for (name, label), values in by_key.items():
-        print(f"{name:<18} {label:<40} {statistics.median(values):>17.3f}")
+        median = statistics.median(values)
+        print(f"{name:<18} {label:<40} {f'{median:.1f} s' if median >= 1 else f'{median * 1000:.2f} ms':>12}")
     for name in specs:
         first = [v for (n, label), vs in by_key.items() if n == name and label.startswith("first") for v in vs]
         cached = [v for (n, label), vs in by_key.items() if n == name and label == "cached" for v in vs]
-        print(f"{name}: cached start is {statistics.median(first) / statistics.median(cached):,.0f}x faster than the first")
+        print(f"{name}: first time {statistics.median(first):.1f} s, cached {statistics.median(cached) * 1000:.2f} ms "
+              "(reading the entry's record: nothing is installed or copied)")
     print("disk:", " ".join(size.split()))
 
 

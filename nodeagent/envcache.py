@@ -49,6 +49,7 @@ LOCK_POLL = 0.5  # seconds between tries of a busy lock (polled: a stopped job s
 PROGRESS_PREFIXES = ("Collecting", "Downloading", "Building", "Created wheel", "Installing collected",
                      "Successfully", "Requirement already satisfied: torch", "ERROR", "error:")
 TAIL_LINES = 25  # pip's last lines kept for the failure message
+_PIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9,._-]+\])?==[A-Za-z0-9.+!_-]+")
 _FROM = re.compile(r" \(from [^)]*(\)|$).*$")  # "Collecting x (from y->-r /long/path (line 3))": the package is enough
 
 
@@ -149,6 +150,9 @@ class EnvironmentCache:
         started = time.monotonic()
         shutil.rmtree(path, ignore_errors=True)  # what a crashed build left
         requirements = list(spec["requirements"])
+        odd = [line for line in requirements if not _PIN.fullmatch(line)]
+        if odd:  # the console sends exact pins only; a pip option in a requirements file would be obeyed
+            raise EnvironmentFailed(f"the list holds lines that are not exact pins: {', '.join(map(repr, odd))}")
         torch_version = torch_pin(requirements)
         layer = await self._layer(torch_version, log) if torch_version else None
         await self._run([self.python, "-m", "venv", str(path)], log, "creating the virtual environment", quiet=True)

@@ -178,7 +178,7 @@ class Runner:
             return None
         try:
             return await self.ctx.environments.prepare(spec, self.log)
-        except EnvironmentFailed as exc:
+        except (EnvironmentFailed, OSError) as exc:  # OSError: the cache directory itself (disk full, permissions)
             raise PreparationFailed(f"Training environment {spec['name']} could not be prepared on node {self.ctx.node_name}: {exc}") from exc
 
     async def _prepare_cold(self) -> None:

@@ -123,3 +123,10 @@ def test_the_cache_is_shared_by_the_agents_of_a_machine_by_default():
     assert config.env_cache == Path.home() / ".simpleai-agent" / "environments"
     custom = parse_config(["--console", "http://c:8000", "--token", "t", "--env-cache", "/srv/envs"], environ={})
     assert custom.env_cache == Path("/srv/envs")
+
+
+def test_a_line_that_is_not_an_exact_pin_is_never_handed_to_pip(tmp_path):
+    log = Lines()
+    with pytest.raises(EnvironmentFailed) as failed:
+        asyncio.run(EnvironmentCache(tmp_path).prepare(spec("torch==2.13.0", "--index-url=http://evil.example"), log))
+    assert "not exact pins: '--index-url=http://evil.example'" in str(failed.value)
