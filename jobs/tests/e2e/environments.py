@@ -11,7 +11,6 @@ suite's time excludes it); the `env_cache` fixture does the same when they are m
 from __future__ import annotations
 
 import asyncio
-import importlib
 import os
 import sys
 import time
@@ -34,14 +33,15 @@ def cache_dir() -> Path:
 
 def seeded_specs() -> list[protocol.TrainingEnvironment]:
     """The environments migration 0007 seeds, as a placement carries them."""
-    seed = importlib.import_module("jobs.migrations.0007_training_environments")
+    from jobs.environment_seeds import ENVIRONMENTS
+
     labels = {"pytorch": "PyTorch", "deepspeed": "DeepSpeed"}
     return [
         protocol.TrainingEnvironment(
             name=name, framework=framework, framework_label=labels[framework], version=version,
             requirements=[line for line in requirements.splitlines() if line.strip()], image="",
         )
-        for name, framework, version, requirements, _ in seed.ENVIRONMENTS
+        for name, framework, version, requirements, _ in ENVIRONMENTS
     ]
 
 
