@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint venv clean containers
+.PHONY: run test lint venv clean containers environments
 
 $(PY):
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "Python 3.11 is needed ($(PYTHON) not found; set PYTHON=...)"; exit 1; }
@@ -35,6 +35,10 @@ test: $(STAMP)
 ## Install Podman, runc and a registry, and build the test image (root; cached): the Docker runtime's tests need them.
 containers: $(STAMP)
 	$(PY) -m jobs.tests.e2e.containers
+
+## Build the seeded training environments into the tests' node cache ($$SIMPLEAI_CACHE_DIR/environments; cached).
+environments: $(STAMP)
+	$(PY) -m jobs.tests.e2e.environments
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -64,11 +64,16 @@ class BenchStack:
         return process
 
     def agent(self, name: str, token: str) -> subprocess.Popen:
+        from jobs.tests.e2e.environments import ensure_environments
+
         work = self.tmp / "nodes" / name
         work.mkdir(parents=True, exist_ok=True)
+        # the tests' environment cache, built once: a benchmark times jobs, not the first build
+        env_cache = ensure_environments()
         return self._spawn([
             sys.executable, "-m", "nodeagent", "--console", self.url, "--token", token, "--name", name,
             "--gpus", "simulated:8", "--server-type", "g2", "--work-dir", str(work), "--address", "127.0.0.1",
+            "--env-cache", str(env_cache),
         ], f"agent-{name}")
 
     def __exit__(self, *exc) -> None:

@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from .models import JobStatusChange, JobTag, ServerType, TrainingJob
+from .models import JobStatusChange, JobTag, ServerType, TrainingEnvironment, TrainingJob
 
 
 class JobTagInline(admin.TabularInline):
@@ -64,3 +64,17 @@ class JobStatusChangeAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request, obj=None) -> bool:
         return False
+
+
+@admin.register(TrainingEnvironment)
+class TrainingEnvironmentAdmin(admin.ModelAdmin):
+    """A (framework, version) the creation form offers: its pinned list, or the image holding it."""
+
+    list_display = ["name", "framework", "version", "enabled", "holds", "image", "updated_at"]
+    list_filter = ["framework", "enabled"]
+    search_fields = ["name", "version", "requirements", "image", "description"]
+    fields = ["name", "framework", "version", "requirements", "image", "description", "enabled"]
+
+    @admin.display(description="Holds")
+    def holds(self, environment: TrainingEnvironment) -> str:
+        return environment.holds()

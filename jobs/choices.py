@@ -13,10 +13,13 @@ class Framework(models.TextChoices):
     DEEPSPEED = "deepspeed", "DeepSpeed"
 
 
-# Versions offered per framework, newest first (the first one is the default).
+# The training environments seeded by migration 0007, newest first (the first one is the
+# default). What the form and the API offer comes from the TrainingEnvironment rows staff
+# edit (jobs.environments.offered_versions); this is the fallback of plain validation.
+# Only versions that install on the nodes here: the seed's torch 2.12.1 is not on local disk.
 FRAMEWORK_VERSIONS: dict[str, list[str]] = {
-    Framework.PYTORCH: ["2.13.0", "2.12.1"],
-    Framework.DEEPSPEED: ["0.18.9", "0.17.6"],
+    Framework.PYTORCH: ["2.13.0"],
+    Framework.DEEPSPEED: ["0.18.9"],
 }
 
 

@@ -11,8 +11,9 @@ from django import forms
 from workspaces.admission import job_errors as workspace_job_errors
 from workspaces.admission import workspace_for
 
-from .choices import FRAMEWORK_VERSIONS, Framework, LearningType
-from .models import ServerType, TrainingJob
+from . import environments
+from .choices import Framework, LearningType
+from .models import ServerType, TrainingEnvironment, TrainingJob
 from .script_check import script_object_error
 from .validation import (
     DUPLICATE_NAME_MESSAGE,
@@ -25,9 +26,6 @@ from .validation import (
     validate_job,
 )
 
-VERSION_CHOICES = [
-    (version, f"{Framework(fw).label} {version}") for fw, versions in FRAMEWORK_VERSIONS.items() for version in versions
-]
 # marked with a red star on the page; jobs.validation is what enforces them
 REQUIRED_FIELDS = frozenset({
     "learning_type", "name", "framework", "framework_version", "server_type", "gpus_per_node",
@@ -53,7 +51,10 @@ class TrainingJobForm(forms.Form):
         choices=Framework.choices, initial=Framework.PYTORCH, label="Distributed framework", required=False,
         error_messages={"invalid_choice": FRAMEWORK_MESSAGE},
     )
-    framework_version = forms.CharField(required=False, label="Framework version", widget=forms.Select(choices=VERSION_CHOICES))
+    framework_version = forms.CharField(
+        required=False, label="Framework version", widget=forms.Select,
+        help_text="Each version is a training environment: the packages it holds are listed with it.",
+    )
     # Service information
     failover_enabled = forms.BooleanField(
         required=False, label="Use Job Failover",
@@ -90,6 +91,9 @@ class TrainingJobForm(forms.Form):
         self.tags = tags or []
         self.tag_error: str | None = None
         self.server_types = list(ServerType.objects.all())
+        self.framework_versions = environments.offered_versions()
+        self.fields["framework_version"].widget.choices = environments.version_choices()
+        self.environments = environments.describe(TrainingEnvironment.objects.filter(enabled=True))
         self.fields["gpus_per_node"].widget.choices = sorted(
             {(a.gpus, f"{a.gpus} GPU") for st in self.server_types for a in st.allocations()}
         )
@@ -101,7 +105,7 @@ class TrainingJobForm(forms.Form):
             self.initial.setdefault("node_count", 1)
             self.initial.setdefault("shm_size_gb", 64)
             self.initial.setdefault("keep_alive_minutes", 10)
-            self.initial.setdefault("framework_version", FRAMEWORK_VERSIONS[Framework.PYTORCH][0])
+            self.initial.setdefault("framework_version", environments.default_version(Framework.PYTORCH, self.framework_versions))
             if self.server_types:
                 self.initial.setdefault("server_type", self.server_types[0].name)
 
@@ -109,8 +113,8 @@ class TrainingJobForm(forms.Form):
         data = super().clean()
         server_type = data.get("server_type")
         framework = data.get("framework")
-        if framework in FRAMEWORK_VERSIONS and not data.get("framework_version"):
-            data["framework_version"] = FRAMEWORK_VERSIONS[framework][0]
+        if framework in Framework.values and not data.get("framework_version"):
+            data["framework_version"] = environments.default_version(framework, self.framework_versions) or ""
         allocation = allocation_for(server_type.info(), data.get("gpus_per_node") or 0) if server_type else None
         data["memory_gb"] = allocation.memory_gb if allocation else None
         if data.get("use_storage"):
@@ -119,7 +123,7 @@ class TrainingJobForm(forms.Form):
         else:
             data["volume_mount_path"] = data["script_url"] = ""
         plain = {**data, "server_type": server_type.name if server_type else "", "tags": self.tags}
-        errors = validate_job(plain, {st.name: st.info() for st in self.server_types})
+        errors = validate_job(plain, {st.name: st.info() for st in self.server_types}, framework_versions=self.framework_versions)
         if plain["script_url"] and "script_url" not in errors and (message := script_object_error(plain["script_url"])):
             errors["script_url"] = message
         errors = {**workspace_job_errors(self.owner, plain), **errors} if self.owner else errors  # quotas, workspace, keep-alive

@@ -16,6 +16,7 @@ from nodeagent.protocol_checks import MAX_INT, MAX_SMALLINT
 
 from . import actions, failover, policy
 from .choices import JobStatus
+from .environments import add_environments
 from .models import (
     ConsoleListening,
     HardwareEvent,
@@ -169,7 +170,8 @@ def desired_placements(node_id: int) -> list[protocol.Placement]:
             stop_grace_seconds=settings.JOB_STOP_GRACE_SECONDS,
             env=checkpoint_environment(job),
         ))
-    return policy.current().agent_hints(result)  # the warm pool: keep / reuse prepared environments
+    # the warm pool's hints (keep / reuse prepared files) and the job's training environment
+    return add_environments(policy.current().agent_hints(result))
 
 
 def checkpoint_environment(job: TrainingJob) -> dict[str, str]:

@@ -170,8 +170,10 @@ def resource_errors(data: Mapping, info: ServerTypeInfo | None) -> dict[str, str
     return errors
 
 
-def validate_job(data: Mapping, server_types: Mapping[str, ServerTypeInfo], partial: bool = False) -> dict[str, str]:
-    """All field and cross-field rules of a job. With partial=True only the given keys are checked."""
+def validate_job(data: Mapping, server_types: Mapping[str, ServerTypeInfo], partial: bool = False,
+                 framework_versions: Mapping[str, list[str]] | None = None) -> dict[str, str]:
+    """All field and cross-field rules of a job. With partial=True only the given keys are checked.
+    `framework_versions`: the versions offered now (the enabled training environments)."""
     errors: dict[str, str] = {}
 
     def check(field: str, message: str | None) -> None:
@@ -185,9 +187,11 @@ def validate_job(data: Mapping, server_types: Mapping[str, ServerTypeInfo], part
         check("failover_enabled", "Spot Training cannot be used with Job Failover")
     framework = data.get("framework")
     version = data.get("framework_version")
-    if framework in FRAMEWORK_VERSIONS and version not in FRAMEWORK_VERSIONS[framework]:
-        offered = ", ".join(FRAMEWORK_VERSIONS[framework])
-        check("framework_version", f"Choose a version of the framework: {offered}.")
+    offered_versions = FRAMEWORK_VERSIONS if framework_versions is None else framework_versions
+    if framework in Framework.values and version not in offered_versions.get(framework, []):
+        offered = ", ".join(offered_versions.get(framework, []))
+        check("framework_version", f"Choose a version of the framework: {offered}." if offered
+              else f"No version of {Framework(framework).label} is offered at the moment.")
     nodes = data.get("node_count")
     if nodes is None or not 1 <= nodes <= MAX_NODES:
         check("node_count", f"Enter 1 to {MAX_NODES} nodes (distributed training from 2).")

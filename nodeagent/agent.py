@@ -12,8 +12,9 @@ from typing import Any
 
 from . import protocol
 from .checkpoints import CheckpointWatcher
-from .config import AgentConfig
+from .config import AgentConfig, default_env_cache
 from .connection import Connection, Superseded, TokenRejected
+from .envcache import EnvironmentCache
 from .faults import FaultMonitor, InvalidFault
 from .gpus import GpuBackend
 from .logstream import Outbox
@@ -50,6 +51,7 @@ class Agent:
         self.ctx = RunnerContext(
             node_name=config.name, work_dir=config.work_dir, runtime=runtime, outbox=Outbox(self.spool),
             storage=self._storage, default_grace=config.stop_grace,
+            environments=EnvironmentCache(config.env_cache or default_env_cache()),
         )
         self.supervisor = Supervisor(self.ctx)
         self.metrics = MetricsCollector(gpus, self.supervisor, self.ctx.outbox, config.metrics_interval, config.work_dir)

@@ -27,6 +27,7 @@ class AgentConfig:
     runtime: str  # "process" | "docker"
     stop_grace: float  # seconds; used when a placement does not say
     metrics_interval: float = 10.0  # seconds between GPU/node metric samples; 0 turns them off
+    env_cache: Path | None = None  # training environments (nodeagent.envcache); None: default_env_cache()
 
     @property
     def ws_url(self) -> str:
@@ -75,7 +76,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--stop-grace", type=_positive_float, default=30.0, help="seconds between SIGTERM and SIGKILL")
     parser.add_argument("--metrics-interval", type=_positive_float, default=10.0,
                         help="seconds between GPU and node metric samples (default 10; 0 turns sampling off)")
+    parser.add_argument("--env-cache", type=Path, default=None,
+                        help="where training environments are built and cached (default: ~/.simpleai-agent/environments, "
+                        "shared by the agents of this machine)")
     return parser
+
+
+def default_env_cache() -> Path:
+    return Path.home() / ".simpleai-agent" / "environments"
 
 
 def parse_config(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> AgentConfig:
@@ -96,4 +104,5 @@ def parse_config(argv: Sequence[str] | None = None, environ: Mapping[str, str] |
         console=args.console, token=token, name=name, gpus=args.gpus, server_type=args.server_type,
         work_dir=work_dir, address=args.address, runtime=args.runtime, stop_grace=args.stop_grace,
         metrics_interval=args.metrics_interval,
+        env_cache=(args.env_cache or default_env_cache()).expanduser().resolve(),
     )

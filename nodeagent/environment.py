@@ -12,6 +12,8 @@ from .protocol import Placement
 # The directory that makes the concurrent checkpointing library importable
 # (`PYTHONPATH=$CHECKPOINT_VENDOR python train.py`); found from this package, not configured.
 VENDOR_DIR = Path(__file__).resolve().parent / "vendor"
+# The platform's `deepspeed` and `accelerate` wrappers (multi-node without ssh), first on PATH.
+LAUNCHERS_DIR = Path(__file__).resolve().parent / "launchers"
 
 # The agent's own secrets must not reach user code through an inherited environment.
 AGENT_ONLY_VARIABLES = frozenset({"NODEAGENT_TOKEN", "S3_ENDPOINT_URL", "S3_ACCESS_KEY", "S3_SECRET_KEY"})
@@ -23,6 +25,7 @@ def training_environment(
     output_dir: Path,
     base: Mapping[str, str] | None = None,
     cuda_visible_devices: bool = False,
+    cpu_node: bool = False,
     vendor_dir: Path = VENDOR_DIR,
 ) -> dict[str, str]:
     """Everything the command sees.
@@ -31,7 +34,9 @@ def training_environment(
     secrets); the Docker runtime passes none, the image brings its own. The contract wins
     over `placement.env` so a job cannot break its own rendezvous by accident.
     `cuda_visible_devices` is set only for real GPUs under the process runtime: in a
-    container the allocated GPUs are renumbered from 0 by the device request.
+    container the allocated GPUs are renumbered from 0 by the device request. On a
+    `cpu_node` (simulated GPUs) DeepSpeed is told to use the CPU (DS_ACCELERATOR=cpu; its CPU
+    accelerator then talks gloo when oneCCL is not installed).
     """
     env = {key: value for key, value in (base or {}).items() if key not in AGENT_ONLY_VARIABLES}
     if base is not None:
@@ -61,6 +66,17 @@ def training_environment(
         "HF_DATASETS_OFFLINE": 1,
         "PYTHONUNBUFFERED": 1,  # lines reach the log stream as they are printed
     }
+    if placement["nnodes"] > 1:
+        # a plain `python train.py` on every node joins one world of one process per node
+        # (init_process_group reads these); torchrun, deepspeed and accelerate set their own
+        # values for the workers they start. Not set on one node: there a Trainer or
+        # Accelerator would start a distributed group of one for nothing.
+        contract.update(WORLD_SIZE=placement["nnodes"], RANK=placement["node_rank"], LOCAL_RANK=0, LOCAL_WORLD_SIZE=1)
+    else:
+        for key in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
+            env.pop(key, None)  # inherited from the agent's shell, they would mean "distributed"
+    if cpu_node:
+        contract["DS_ACCELERATOR"] = "cpu"
     env.update({key: str(value) for key, value in contract.items()})
     if placement.get("resume_step") is not None:
         env["CKPT_LAST_STEP"] = str(placement["resume_step"])

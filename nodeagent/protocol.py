@@ -220,6 +220,20 @@ class Placement(TypedDict):
     stop_grace_seconds: float
     env: dict[str, str]
     warm_pool: NotRequired[WarmPool]  # absent: prepare from scratch and keep nothing (older consoles)
+    environment: NotRequired[TrainingEnvironment]  # absent: the node's own Python (older consoles)
+
+
+class TrainingEnvironment(TypedDict):
+    """The job's framework and version as a pinned requirement list (nodeagent.envcache). Under
+    the process runtime the agent builds it into a Python environment once per node and reuses
+    it; under the Docker runtime the job's image provides it (`image` names one that does)."""
+
+    name: str  # e.g. deepspeed-0.18.9, shown in the job's log
+    framework: str  # pytorch | deepspeed
+    framework_label: str  # PyTorch | DeepSpeed
+    version: str
+    requirements: list[str]  # exact pins, torch among them
+    image: str  # an image with the same set, or ""
 
 
 class WarmPool(TypedDict):

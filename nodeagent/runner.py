@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from . import warm
+from .envcache import EnvironmentCache, EnvironmentFailed, PreparedEnvironment
 from .environment import VENDOR_DIR
 from .logstream import LogStream, Outbox
 from .protocol import Placement
@@ -43,6 +44,8 @@ class RunnerContext:
     vendor_dir: Path = VENDOR_DIR
     # after the command exits, before the exit report (e.g. the last checkpoint commit)
     after_command: Callable[[Runner], Awaitable[None]] | None = None
+    # training environments built on this node (process runtime); None: the node's own Python
+    environments: EnvironmentCache | None = None
 
 
 class PreparationFailed(Exception):
@@ -63,6 +66,7 @@ class Runner:
         self.state = "assigned"  # as in the marker; the metrics sampler counts "running" GPUs as busy
         self.stop_reason = ""
         self.crashed = ""
+        self.prepared_environment: PreparedEnvironment | None = None
         self._stop_requested = asyncio.Event()
 
     @property
@@ -110,7 +114,7 @@ class Runner:
             return
         self.log.info(f"Environment ready ({time.monotonic() - started:.1f} s); sidecar container is running and ready for training process to run!")
         self.log.info(f"Starting the command: {p['command']}")
-        spec = LaunchSpec(p, self.paths.workdir, self.paths.output_dir, self.ctx.runtime.environment(p, self.paths.output_dir))
+        spec = LaunchSpec(p, self.paths.workdir, self.paths.output_dir, self._command_environment())
         output = TeardownNoiseFolder(self.training.tap(self.log.line))  # torchrun's exit-barrier noise → one line
         try:
             execution = await self.ctx.runtime.start(spec, output.feed)
@@ -153,10 +157,41 @@ class Runner:
             await task
         return False
 
+    def _command_environment(self) -> dict[str, str]:
+        runtime = self.ctx.runtime
+        env = runtime.environment(self.placement, self.paths.output_dir)
+        if self.prepared_environment is not None:
+            env = self.prepared_environment.activate(env)
+        return runtime.with_launchers(env)  # deepspeed/accelerate wrappers before the environment's own
+
     async def _prepare(self) -> None:
         p = self.placement
-        if await warm.reuse(p, self.ctx.work_dir, self.paths.workdir, self.log, self.ctx.storage):
-            return  # warm start: the environment an earlier job of this user prepared is here
+        if not await warm.reuse(p, self.ctx.work_dir, self.paths.workdir, self.log, self.ctx.storage):
+            await self._prepare_cold()  # else: a warm start, the files an earlier job of this user prepared are here
+        self.prepared_environment = await self._prepare_environment()
+
+    async def _prepare_environment(self) -> PreparedEnvironment | None:
+        """The job's framework and version as a Python environment (process runtime, cached)."""
+        spec = self.placement.get("environment")
+        if spec is None:
+            return None
+        label = f"{spec['name']} ({spec['framework_label']} {spec['version']})"
+        if not self.ctx.runtime.builds_environments:
+            holder = f"; {spec['image']} is an image that holds it" if spec.get("image") and spec["image"] != self.placement.get("image") else ""
+            self.log.info(f"Training environment {label}: provided by the job's image {self.placement.get('image')}{holder}")
+            return None
+        if self.ctx.environments is None:
+            self.log.warning(f"Training environment {label}: this agent builds no environments; the node's own Python runs the command")
+            return None
+        try:
+            return await self.ctx.environments.prepare(spec, self.log)
+        except (EnvironmentFailed, OSError) as exc:  # OSError: the cache directory itself (disk full, permissions)
+            raise PreparationFailed(
+                f"Training environment {spec['name']} could not be prepared on node {self.ctx.node_name}: {exc}", "environment",
+            ) from exc
+
+    async def _prepare_cold(self) -> None:
+        p = self.placement
         try:
             await self.ctx.runtime.prepare_image(p, self.log)
         except ImageError as exc:

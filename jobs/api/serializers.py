@@ -16,7 +16,8 @@ from workspaces.admission import workspace_for
 from workspaces.pricing import hourly_estimate
 from workspaces.usage import job_bill
 
-from ..choices import FRAMEWORK_VERSIONS, Framework, LearningType
+from .. import environments
+from ..choices import Framework, LearningType
 from ..models import JobStatusChange, ServerType, TrainingJob
 from ..script_check import script_object_error
 from ..validation import (
@@ -168,14 +169,15 @@ class TrainingJobSerializer(serializers.ModelSerializer):
         if self.instance is not None:
             return self._validate_update(attrs)
         framework = attrs.get("framework")
-        if framework in FRAMEWORK_VERSIONS and not attrs.get("framework_version"):
-            attrs["framework_version"] = FRAMEWORK_VERSIONS[framework][0]
+        offered = environments.offered_versions()
+        if framework in Framework.values and not attrs.get("framework_version"):
+            attrs["framework_version"] = environments.default_version(framework, offered) or ""
         server_types = {st.name: st.info() for st in ServerType.objects.all()}
         info = server_types.get(attrs.get("server_type", ""))
         if attrs.get("memory_gb") is None and info is not None:
             allocation = allocation_for(info, attrs.get("gpus_per_node") or 0)
             attrs["memory_gb"] = allocation.memory_gb if allocation else None
-        errors = validate_job(attrs, server_types)
+        errors = validate_job(attrs, server_types, framework_versions=offered)
         if attrs.get("script_url") and "script_url" not in errors and (message := script_object_error(attrs["script_url"])):
             errors["script_url"] = message
         owner = self.context["request"].user

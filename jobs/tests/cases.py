@@ -39,7 +39,7 @@ CASES = {
     "framework-unknown": Case("framework", {"framework": "tensorflow"}, {"framework": "tensorflow"}, FRAMEWORK_MESSAGE),
     "framework-version": Case(
         "framework_version", {"framework_version": "0.18.9"}, {"framework_version": "0.18.9"},
-        "Choose a version of the framework: 2.13.0, 2.12.1.",
+        "Choose a version of the framework: 2.13.0.",
     ),
     "spot-with-failover": Case(
         "failover_enabled", {"learning_type": "spot", "failover_enabled": "on"},

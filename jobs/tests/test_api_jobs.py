@@ -25,7 +25,7 @@ def job_url(job) -> str:
 
 def test_it_creates_a_pending_job(alice, alice_api, stored_script):
     response = alice_api.post(JOBS, api_payload(
-        name="bert-base", learning_type="spot", framework="deepspeed", framework_version="0.17.6",
+        name="bert-base", learning_type="spot", framework="deepspeed", framework_version="0.18.9",
         server_type="g3", gpus_per_node=8, memory_gb=4096, node_count=4, shm_size_gb=1024,
         registry_username="robot", registry_password="s3cret", volume_mount_path="/mnt/data",
         script_url="s3://scripts/train.py", command="deepspeed train.py",

@@ -65,7 +65,7 @@ def test_a_user_creates_a_job_in_the_browser(live_server, page, stored_script):
     page.fill("#id_name", "bert-large.v1")
     page.select_option("#id_framework", "deepspeed")
     expect(page.locator("#id_framework_version")).to_have_value("0.18.9")
-    page.select_option("#id_framework_version", "0.17.6")
+    page.select_option("#id_framework_version", "0.18.9")
     # Service information
     page.check("#id_failover_enabled")
     page.check("input[name=server_type][value=g3]")
@@ -94,7 +94,7 @@ def test_a_user_creates_a_job_in_the_browser(live_server, page, stored_script):
     # the summary shows every choice and the price: 2 nodes × 2 B300 at 6.40 an hour
     summary = page.locator("#summary-list")
     for text in [
-        "On-Demand Training", "bert-large.v1", "DeepSpeed 0.17.6", "Use", "g3", "at.g3v32b2 (2 GPU, 1,024 GB)",
+        "On-Demand Training", "bert-large.v1", "DeepSpeed 0.18.9", "Use", "g3", "at.g3v32b2 (2 GPU, 1,024 GB)",
         "256 GB", "nvcr.io/nvidia/pytorch:24.05-py3", "robot", "/mnt/data", "s3://scripts/train.py",
         "deepspeed train.py --zero 3",
     ]:
@@ -120,7 +120,7 @@ def test_a_user_creates_a_job_in_the_browser(live_server, page, stored_script):
     expect(row).to_contain_text("team=nlp")
 
     job = TrainingJob.objects.get(owner=alice)
-    assert (job.name, job.status, job.framework_version, job.failover_enabled) == ("bert-large.v1", JobStatus.PENDING, "0.17.6", True)
+    assert (job.name, job.status, job.framework_version, job.failover_enabled) == ("bert-large.v1", JobStatus.PENDING, "0.18.9", True)
     assert (job.server_type.name, job.gpus_per_node, job.memory_gb, job.node_count, job.shm_size_gb) == ("g3", 2, 1024, 2, 256)
     assert job.registry_password() == "s3cret-pass"
     assert sorted(job.tags.values_list("key", "value")) == [("project", "bert"), ("team", "nlp")]

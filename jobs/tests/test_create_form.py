@@ -48,7 +48,7 @@ def test_the_page_offers_the_allocations_for_the_summary(alice_client):
 
 def test_a_valid_post_creates_a_pending_job_and_redirects_to_the_list(alice, alice_client, stored_script):
     response = alice_client.post(URL, form_post(
-        learning_type="spot", name="bert-base.v2", framework="deepspeed", framework_version="0.17.6",
+        learning_type="spot", name="bert-base.v2", framework="deepspeed", framework_version="0.18.9",
         server_type="g3", gpus_per_node="4", node_count="2", shm_size_gb="512",
         registry_username="robot", registry_password="s3cret", use_storage="on",
         volume_mount_path="/mnt/data", script_url="s3://scripts/train.py", command="  deepspeed train.py  ",
@@ -57,7 +57,7 @@ def test_a_valid_post_creates_a_pending_job_and_redirects_to_the_list(alice, ali
     assert response.status_code == 302 and response.url == reverse("jobs:list")
     job = TrainingJob.objects.get(owner=alice, name="bert-base.v2")
     assert job.status == JobStatus.PENDING
-    assert (job.learning_type, job.framework, job.framework_version) == ("spot", "deepspeed", "0.17.6")
+    assert (job.learning_type, job.framework, job.framework_version) == ("spot", "deepspeed", "0.18.9")
     assert (job.server_type.name, job.gpus_per_node, job.memory_gb, job.node_count, job.shm_size_gb) == ("g3", 4, 2048, 2, 512)
     assert (job.registry_username, job.registry_password()) == ("robot", "s3cret")
     assert (job.volume_mount_path, job.script_url, job.command) == ("/mnt/data", "s3://scripts/train.py", "deepspeed train.py")

@@ -87,9 +87,10 @@ def test_it_accepts_spot_without_failover_and_on_demand_with_failover():
 
 
 @pytest.mark.parametrize(("framework", "version", "offered"), [
-    ("pytorch", "0.18.9", "2.13.0, 2.12.1"),
-    ("pytorch", "", "2.13.0, 2.12.1"),
-    ("deepspeed", "2.13.0", "0.18.9, 0.17.6"),
+    ("pytorch", "0.18.9", "2.13.0"),
+    ("pytorch", "", "2.13.0"),
+    ("pytorch", "2.12.1", "2.13.0"),  # the seed's torch: not offered, it does not install here
+    ("deepspeed", "2.13.0", "0.18.9"),
 ])
 def test_it_rejects_a_version_of_another_framework(framework, version, offered):
     errors = validate_job(valid(framework=framework, framework_version=version), CATALOGUE)
@@ -97,8 +98,17 @@ def test_it_rejects_a_version_of_another_framework(framework, version, offered):
 
 
 def test_it_accepts_every_offered_version():
-    for framework, version in [("pytorch", "2.12.1"), ("deepspeed", "0.18.9"), ("deepspeed", "0.17.6")]:
+    for framework, version in [("pytorch", "2.13.0"), ("deepspeed", "0.18.9")]:
         assert validate_job(valid(framework=framework, framework_version=version), CATALOGUE) == {}
+
+
+def test_the_offered_versions_are_those_given_by_the_environments():
+    offered = {"pytorch": ["2.13.0"], "deepspeed": ["0.19.0", "0.18.9"]}
+    assert validate_job(valid(framework="deepspeed", framework_version="0.19.0"), CATALOGUE, framework_versions=offered) == {}
+    errors = validate_job(valid(framework="deepspeed", framework_version="0.17.6"), CATALOGUE, framework_versions=offered)
+    assert errors == {"framework_version": "Choose a version of the framework: 0.19.0, 0.18.9."}
+    none = validate_job(valid(framework="deepspeed", framework_version="0.18.9"), CATALOGUE, framework_versions={"pytorch": ["2.13.0"]})
+    assert none == {"framework_version": "No version of DeepSpeed is offered at the moment."}
 
 
 # --- nodes and resources ----------------------------------------------------------------------

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..environment import training_environment
+from ..environment import LAUNCHERS_DIR, training_environment
 from ..logstream import LogStream
 from ..protocol import Placement
 
@@ -55,6 +55,7 @@ class Execution(ABC):
 class Runtime(ABC):
     name: str
     inherits_environment: bool  # the process runtime passes the agent's PATH, HOME, ... along
+    builds_environments: bool  # the process runtime builds the job's training environment on the node
 
     def __init__(self, real_gpus: bool) -> None:
         self.real_gpus = real_gpus
@@ -62,8 +63,14 @@ class Runtime(ABC):
     def environment(self, placement: Placement, output_dir: Path) -> dict[str, str]:
         return training_environment(
             placement, output_dir=output_dir, base=os.environ if self.inherits_environment else None,
-            cuda_visible_devices=self.real_gpus and self.inherits_environment,
+            cuda_visible_devices=self.real_gpus and self.inherits_environment, cpu_node=not self.real_gpus,
         )
+
+    def with_launchers(self, env: dict[str, str]) -> dict[str, str]:
+        """The platform's `deepspeed`/`accelerate` wrappers (nodeagent/launchers) first on PATH:
+        they join every node of a job into one world without ssh."""
+        rest = [p for p in env.get("PATH", os.defpath).split(os.pathsep) if p and p != str(LAUNCHERS_DIR)]
+        return {**env, "PATH": os.pathsep.join([str(LAUNCHERS_DIR), *rest])}
 
     @abstractmethod
     async def prepare_image(self, placement: Placement, log: LogStream) -> None:

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..environment import VENDOR_DIR
+from ..environment import LAUNCHERS_DIR, VENDOR_DIR
 from ..logstream import LogStream
 from ..protocol import Placement
 from . import pulls
@@ -60,6 +60,7 @@ def build_run_kwargs(spec: LaunchSpec, real_gpus: bool, node_name: str = "", ven
     volumes: dict[str, dict[str, str]] = {
         str(spec.workdir): {"bind": str(spec.workdir), "mode": "rw"},  # script in, OUTPUT_DIR out
         str(vendor_dir): {"bind": str(vendor_dir), "mode": "ro"},  # CHECKPOINT_VENDOR
+        str(LAUNCHERS_DIR): {"bind": str(LAUNCHERS_DIR), "mode": "ro"},  # deepspeed/accelerate wrappers
     }
     if placement.get("mount_path"):
         # the File Storage volume is mounted on the node at the job's mount path
@@ -141,6 +142,12 @@ class DockerExecution(Execution):
 class DockerRuntime(Runtime):
     name = "docker"
     inherits_environment = False
+    builds_environments = False  # the job's image provides its training environment
+
+    def with_launchers(self, env: dict[str, str]) -> dict[str, str]:
+        # The container's PATH is the image's own, which an environment variable cannot extend:
+        # `bash -c` reads BASH_ENV first, and that script puts the wrappers before it.
+        return {**env, "SIMPLEAI_LAUNCHERS": str(LAUNCHERS_DIR), "BASH_ENV": str(LAUNCHERS_DIR / "bash_env.sh")}
     # after the first try, a registry that does not answer is asked again after each delay
     pull_retry_delays: tuple[float, ...] = (2.0, 5.0)
 

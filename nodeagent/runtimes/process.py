@@ -93,6 +93,7 @@ class ProcessExecution(Execution):
 class ProcessRuntime(Runtime):
     name = "process"
     inherits_environment = True
+    builds_environments = True
 
     async def prepare_image(self, placement: Placement, log: LogStream) -> None:
         image = placement.get("image") or "(none)"

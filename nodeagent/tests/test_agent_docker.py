@@ -15,7 +15,7 @@ import pytest
 import requests
 from docker import errors
 
-from nodeagent.environment import VENDOR_DIR
+from nodeagent.environment import LAUNCHERS_DIR, VENDOR_DIR
 from nodeagent.logstream import LogStream, Outbox
 from nodeagent.runtimes import ImageError, LaunchSpec, pulls
 from nodeagent.runtimes.docker import DockerExecution, DockerRuntime, build_run_kwargs, find_engine
@@ -55,6 +55,7 @@ def test_it_builds_the_container_of_a_placement(tmp_path):
     assert kwargs["volumes"] == {
         workdir: {"bind": workdir, "mode": "rw"},
         str(VENDOR_DIR): {"bind": str(VENDOR_DIR), "mode": "ro"},
+        str(LAUNCHERS_DIR): {"bind": str(LAUNCHERS_DIR), "mode": "ro"},  # the deepspeed/accelerate wrappers
         "/mnt/experiment": {"bind": "/mnt/experiment", "mode": "rw"},
     }
     assert kwargs["labels"] == {
@@ -70,7 +71,7 @@ def test_it_builds_the_container_of_a_placement(tmp_path):
 def test_simulated_gpus_request_no_devices_and_no_shm_means_the_default(tmp_path):
     kwargs = build_run_kwargs(_spec(tmp_path, shm_size_gb=0, mount_path=""), real_gpus=False)
     assert "device_requests" not in kwargs and "shm_size" not in kwargs
-    assert len(kwargs["volumes"]) == 2
+    assert len(kwargs["volumes"]) == 3  # working directory, checkpoint library, launcher wrappers
 
 
 def test_the_environment_is_the_contract_without_the_agents_own(tmp_path, monkeypatch):

@@ -20,7 +20,20 @@ def test_it_sets_the_whole_contract_for_a_worker():
         "MASTER_ADDR": "10.0.0.5", "MASTER_PORT": "29400", "NNODES": "3", "NODE_RANK": "2", "GPUS_PER_NODE": "8",
         "CHECKPOINT_VENDOR": str(VENDOR_DIR), "JOB_NAME": "llama", "JOB_ATTEMPT": "4", "OUTPUT_DIR": "/w/out",
         "HF_DATASETS_OFFLINE": "1", "PYTHONUNBUFFERED": "1", "MY_SETTING": "x",
+        # a plain `python train.py` on each node joins one world of one process per node
+        "WORLD_SIZE": "3", "RANK": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
     }
+
+
+def test_a_single_node_job_gets_no_world_of_its_own():
+    inherited = {"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "1"}  # left in the agent's shell
+    env = training_environment(make_placement(nnodes=1), output_dir=Path("/o"), base=inherited)
+    assert not {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"} & env.keys()
+
+
+def test_cpu_nodes_tell_deepspeed_to_use_the_cpu():
+    assert training_environment(make_placement(), output_dir=Path("/o"), cpu_node=True)["DS_ACCELERATOR"] == "cpu"
+    assert "DS_ACCELERATOR" not in training_environment(make_placement(), output_dir=Path("/o"))
 
 
 def test_the_vendor_directory_is_the_package_s_own():

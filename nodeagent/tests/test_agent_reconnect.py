@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 from nodeagent.connection import Backoff
 from nodeagent.tests.agent_support import (
@@ -87,5 +88,8 @@ def test_heartbeats_name_what_runs(tmp_path):
         async with running_console(console) as port, running_agent(make_config(tmp_path, port)):
             return await until(lambda: [m for m in console.of_type("heartbeat") if m["running"]], what="a heartbeat")
 
+    before = time.time()
     [beat, *_] = asyncio.run(scenario())
+    sent_at = beat.pop("sent_at")  # the agent's clock: the console measures how long beats wait in its queue
     assert beat == {"type": "heartbeat", "running": [{"job_id": 7, "attempt": 1, "role": "master"}]}
+    assert before <= sent_at <= time.time()

@@ -80,7 +80,7 @@
     const rows = [
       ["Learning type", labelOf("learning_type")],
       ["Name", value("name") || "—"],
-      ["Framework", labelOf("framework_version")],
+      ["Framework", labelOf("framework_version").split(" — ")[0]],
       ["Job Failover", value("failover_enabled") ? "Use" : "Not used"],
       ["Server type", value("server_type")],
       ["Resource allocation", a ? `${a.name} (${a.gpus} GPU, ${a.memory_gb.toLocaleString("en-US")} GB)` : "—"],

@@ -11,19 +11,21 @@ from django.conf import settings
 
 from jobs.models import NodeToken
 
-from . import containers
+from . import containers, environments
 from .stack import Stack, database_url, wait_until
 
 # the Docker runtime's fixtures: Podman + a private registry, and the agents' runtime switch
 container_host = containers.container_host
 runtime = containers.runtime
+# the seeded training environments, built once per machine into the agents' shared cache
+env_cache = environments.env_cache
 
 SCRIPTS = Path(__file__).parent / "scripts"
 SCRIPT_BUCKET = "e2e-scripts"
 
 
 @pytest.fixture(scope="module")
-def stack(django_db_setup, django_db_blocker, object_store, tmp_path_factory):
+def stack(django_db_setup, django_db_blocker, object_store, tmp_path_factory, env_cache):
     """daphne + Celery worker + beat on the test database, for the tests of one module."""
     env = {
         **os.environ,
@@ -38,7 +40,7 @@ def stack(django_db_setup, django_db_blocker, object_store, tmp_path_factory):
         "SCHEDULER_TICK_SECONDS": "1",
         "PYTHONUNBUFFERED": "1",
     }
-    running = Stack(env=env, log_dir=tmp_path_factory.mktemp("stack"))
+    running = Stack(env=env, log_dir=tmp_path_factory.mktemp("stack"), env_cache=env_cache)
     from console.celery import app
 
     app.control.purge()  # tasks queued by earlier unit tests name rows that no longer exist

@@ -38,6 +38,8 @@ from typing import Any
 
 import pytest
 
+from . import framework_image
+
 CACHE_DIR = Path(os.environ.get("SIMPLEAI_CACHE_DIR", "/var/cache/simpleai"))
 RECIPE = "minbase-bookworm-python3-v1"  # change it when the image below changes: a new cache entry
 SUITE = "bookworm"
@@ -116,6 +118,14 @@ def ensure_rootfs() -> tuple[Path, float]:
     return tar, time.monotonic() - started
 
 
+def _link_or_copy(source: str, target: str) -> str:
+    try:
+        os.link(source, target)
+    except OSError:  # another file system
+        shutil.copy2(source, target)
+    return target
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -163,6 +173,11 @@ class ContainerHost:
     @property
     def image(self) -> str:
         return f"{self.registry}/{IMAGE_PATH}:{IMAGE_TAG}"
+
+    @property
+    def frameworks_image(self) -> str:
+        """The base image with the DeepSpeed environment's set (framework_image.py)."""
+        return f"{self.registry}/{framework_image.FRAMEWORKS_IMAGE_PATH}:{framework_image.FRAMEWORKS_IMAGE_TAG}"
 
     def podman_env(self) -> dict[str, str]:
         conf = self.root / "conf"
@@ -287,17 +302,21 @@ auth:
         started = time.monotonic()
         self.timings["packages"] = ensure_packages()
         rootfs_tar, self.timings["debootstrap"] = ensure_rootfs()
+        frameworks_tar, self.timings["frameworks"] = framework_image.ensure_frameworks_tar(CACHE_DIR, rootfs_tar, _run)
         started_here = time.monotonic()
         self._write_configuration()
-        cached = CACHE_DIR / RECIPE / "registry"
+        cached = CACHE_DIR / RECIPE / f"registry-{framework_image.FRAMEWORKS_RECIPE}"
         data = self.root / "registry-data"
         if cached.is_dir():
-            shutil.copytree(cached, data)
+            # hard links: the registry never rewrites a blob, and the framework image is large
+            shutil.copytree(cached, data, copy_function=_link_or_copy)
         self._start_registry(data)
         self._start_podman()
         if not cached.is_dir():
             pushed = time.monotonic()
             self._push_test_image(rootfs_tar)
+            framework_image.push_frameworks_image(frameworks_tar, self.registry, self.username, self.password,
+                                                  self.podman_env(), _run)
             with _cache_lock():
                 if not cached.is_dir():
                     partial = cached.with_name(f"registry-{os.getpid()}")
@@ -406,7 +425,8 @@ def main() -> int:
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print(f"container test setup ready in {time.monotonic() - started:.1f} s "
-          f"(apt {packages:.1f} s, debootstrap {debootstrap:.1f} s, image push {host.timings.get('push', 0):.1f} s; "
+          f"(apt {packages:.1f} s, debootstrap {debootstrap:.1f} s, framework image {host.timings.get('frameworks', 0):.1f} s, "
+          f"image push {host.timings.get('push', 0):.1f} s; "
           f"cache {CACHE_DIR / RECIPE})")
     return 0
 

@@ -81,6 +81,7 @@ class Stack:
     port: int = field(default_factory=free_port)
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
     agents: list[Agent] = field(default_factory=list)
+    env_cache: Path | None = None  # the agents' shared training environments (--env-cache)
 
     @property
     def url(self) -> str:
@@ -112,7 +113,7 @@ class Stack:
         args = [
             sys.executable, "-m", "nodeagent", "--console", self.url, "--token", token, "--name", name,
             "--gpus", gpus, "--server-type", server_type, "--work-dir", str(work_dir), "--address", "127.0.0.1",
-            *extra,
+            *(("--env-cache", str(self.env_cache)) if self.env_cache else ()), *extra,
         ]
         agent = Agent(name, token, work_dir, self.log_dir / f"agent-{work_name or name}.log", args, {**self.env, **(env or {})})
         self.agents.append(agent)

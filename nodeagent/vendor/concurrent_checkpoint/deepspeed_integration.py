@@ -6,16 +6,26 @@
     model_engine.load_checkpoint("out")            # newest complete checkpoint (or tag="global_stepN")
 
 Only the engine object's methods are replaced (no DeepSpeed class is patched). Each rank saves its
-own shard: its optimizer state (its ZeRO partition under stage 1/2) and, on the ranks where
+own shard: its optimizer state (its ZeRO partition under stage 1/2/3) and, on the ranks where
 DeepSpeed itself would save it (`save_non_zero_checkpoint`), the module weights. Loading assumes
 pure data parallelism: a rank without module weights in its shard reads rank 0's.
+
+Under ZeRO stage 3 the weights are partitioned across ranks: like DeepSpeed's own checkpoint,
+the shard holds no module weights, and loading restores each rank's parameter partition from
+the fp32 partition in its optimizer state. Loading is bracketed by the optimizer's checkpoint
+prologue/epilogue as DeepSpeed brackets its own (partition every parameter, then gather the
+persistent small ones again); saving reads only the optimizer's partitions and is not bracketed
+(partitioning the parameters in the middle of training made later steps diverge to NaN on CPU).
+Verified on a real DeepSpeedEngine (0.18.9, CPU, gloo): stages 0 and 3 resume bit for bit.
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +37,33 @@ _TAG_STEP = re.compile(r"^global_step(\d+)$")
 _SAFE_TAG = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
+def partitions_weights(ds: Any) -> bool:
+    """ZeRO stage 3: each rank holds only its partition of the parameters."""
+    check = getattr(ds, "zero_optimization_partition_weights", None)
+    return bool(check()) if callable(check) else False
+
+
+@contextlib.contextmanager
+def checkpoint_event(ds: Any) -> Iterator[None]:
+    """The optimizer's own bracket around a checkpoint (ZeRO-3: partition all, then re-gather)."""
+    optimizer = getattr(ds, "optimizer", None)
+    prologue = getattr(optimizer, "checkpoint_event_prologue", None)
+    if callable(prologue):
+        prologue()
+    try:
+        yield
+    finally:
+        epilogue = getattr(optimizer, "checkpoint_event_epilogue", None)
+        if callable(epilogue):
+            epilogue()
+
+
 def collect_state(ds: Any, client_state: dict[str, Any] | None = None,
                   exclude_frozen_parameters: bool = False) -> dict[str, Any]:
     """What DeepSpeed's own checkpoint holds, as one state for this rank's shard."""
     module_state = None
-    if getattr(ds, "save_non_zero_checkpoint", True):
+    # ZeRO-3: the weights are in the optimizer's fp32 partitions; the module holds placeholders
+    if getattr(ds, "save_non_zero_checkpoint", True) and not partitions_weights(ds):
         module_state = ds.module.state_dict()
         if exclude_frozen_parameters:
             frozen = {n for n, p in ds.module.named_parameters() if not p.requires_grad}
@@ -53,11 +85,16 @@ def collect_state(ds: Any, client_state: dict[str, Any] | None = None,
 def restore_state(ds: Any, state: dict[str, Any], module_state: dict[str, Any] | None, *,
                   load_module_strict: bool = True, load_optimizer_states: bool = True,
                   load_lr_scheduler_states: bool = True, load_module_only: bool = False) -> None:
+    optimizer = getattr(ds, "optimizer", None)
     if module_state is not None:
         ds.module.load_state_dict(module_state, strict=load_module_strict)
+    elif partitions_weights(ds) and optimizer is not None and state.get("optimizer") is not None:
+        # ZeRO-3: the parameters come back from the fp32 partitions (moments only if asked)
+        _load_optimizer(ds, optimizer, state["optimizer"],
+                        load_optimizer_states=load_optimizer_states and not load_module_only)
+        load_optimizer_states = False
     if load_module_only:
         return
-    optimizer = getattr(ds, "optimizer", None)
     if load_optimizer_states and optimizer is not None and state.get("optimizer") is not None:
         _load_optimizer(ds, optimizer, state["optimizer"])
     scheduler = getattr(ds, "lr_scheduler", None)
@@ -70,12 +107,14 @@ def restore_state(ds: Any, state: dict[str, Any], module_state: dict[str, Any] |
         ds.skipped_steps = state["skipped_steps"]
 
 
-def _load_optimizer(ds: Any, optimizer: Any, state: Any) -> None:
+def _load_optimizer(ds: Any, optimizer: Any, state: Any, load_optimizer_states: bool = True) -> None:
     parameters = inspect.signature(optimizer.load_state_dict).parameters
     if "state_dict_list" in parameters:
         # ZeRO optimizers take every data-parallel rank's state and pick their own by dp rank;
         # without elastic resharding only this rank's entry is read.
-        kwargs = {}
+        kwargs: dict[str, Any] = {}
+        if "load_optimizer_states" in parameters:
+            kwargs["load_optimizer_states"] = load_optimizer_states
         if "load_from_fp32_weights" in parameters and callable(getattr(ds, "zero_load_from_fp32_weights", None)):
             kwargs["load_from_fp32_weights"] = ds.zero_load_from_fp32_weights()
         optimizer.load_state_dict([state] * int(getattr(ds, "dp_world_size", 1)), **kwargs)
@@ -119,8 +158,8 @@ class DeepSpeedCheckpointing:
         if engine.rank == 0 and _SAFE_TAG.match(tag):
             # a file named like DeepSpeed's tag directory: transformers' resume looks for `global_step*`
             files[tag] = tag.encode()
-        engine.save(step, collect_state(self.ds, client_state, exclude_frozen_parameters), files=files,
-                    metadata={"source": "deepspeed", "tag": tag})
+        state = collect_state(self.ds, client_state, exclude_frozen_parameters)
+        engine.save(step, state, files=files, metadata={"source": "deepspeed", "tag": tag})
         return True
 
     def load_checkpoint(self, load_dir: str, tag: Any = None, load_module_strict: bool = True,
@@ -137,9 +176,10 @@ class DeepSpeedCheckpointing:
         module_state = state.get("module")
         if module_state is None and engine.rank != 0:
             module_state = _deepspeed_part(engine.read(ref, rank=0)).get("module")
-        restore_state(self.ds, state, module_state, load_module_strict=load_module_strict,
-                      load_optimizer_states=load_optimizer_states,
-                      load_lr_scheduler_states=load_lr_scheduler_states, load_module_only=load_module_only)
+        with checkpoint_event(self.ds):
+            restore_state(self.ds, state, module_state, load_module_strict=load_module_strict,
+                          load_optimizer_states=load_optimizer_states,
+                          load_lr_scheduler_states=load_lr_scheduler_states, load_module_only=load_module_only)
         log.info("[Concurrent Checkpoint] DeepSpeed engine restored from step %d (%s)", ref.step, ref.path)
         return str(ref.path), state.get("client_state", {})
 

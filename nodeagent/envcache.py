@@ -1,0 +1,296 @@
+"""Training environments on a node: Python environments built from pinned lists, built once, cached.
+
+A placement names its training environment (protocol.TrainingEnvironment: the job's framework and
+version, with a pinned requirement list). Under the process runtime the agent makes that list a
+virtual environment on the node the first time a job needs it, and every later job of any user
+reuses it — like an image that is pulled once. Layout under `--env-cache DIR` (by default shared by
+every agent of this machine's user, so nodes on one machine build each entry once):
+
+    DIR/layers/torch-<version>-<python>/     torch and its dependencies, `pip install --target`,
+                                             once per torch version; environments see it through
+                                             a .pth file, so torch is neither copied nor reinstalled
+    DIR/envs/<key>/                          a venv; key = sha256(python, the pinned list)[:16]
+    DIR/envs/<key>/simpleai-environment.json written last: the environment is complete
+    DIR/locks/<entry>.lock                   flock: one build per entry at a time (two jobs, two
+                                             agents); a waiting job says so in its log
+
+Builds use pip with `--no-build-isolation` (an sdist such as deepspeed builds against the layer's
+torch, not a freshly downloaded one) and DS_BUILD_OPS=0 (DeepSpeed's ops compile on first use).
+The list pins torch and the layer satisfies it, so pip can never pull another torch: a package
+that wants a different one fails the build with pip's own message instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import sys
+import sysconfig
+import time
+from collections import deque
+from configparser import ConfigParser
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from .protocol import TrainingEnvironment
+
+MANIFEST = "simpleai-environment.json"
+LAYER_PTH = "_simpleai_torch_layer.pth"
+BUILD_TOOLS = ("wheel==0.45.1",)  # bdist_wheel for sdists built without isolation (deepspeed)
+LOCK_POLL = 0.5  # seconds between tries of a busy lock (polled: a stopped job stops waiting)
+# pip's lines worth showing in the job's log while an environment is built (the rest is noise)
+PROGRESS_PREFIXES = ("Collecting", "Downloading", "Building", "Created wheel", "Installing collected",
+                     "Successfully", "Requirement already satisfied: torch", "ERROR", "error:")
+TAIL_LINES = 25  # pip's last lines kept for the failure message
+_PIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9,._-]+\])?==[A-Za-z0-9.+!_-]+")
+_FROM = re.compile(r" \(from [^)]*(\)|$).*$")  # "Collecting x (from y->-r /long/path (line 3))": the package is enough
+
+
+class JobLog(Protocol):
+    def info(self, text: str) -> None: ...
+
+    def warning(self, text: str) -> None: ...
+
+
+class EnvironmentFailed(Exception):
+    """An environment could not be prepared; the message says which step failed and pip's words."""
+
+
+@dataclass(frozen=True)
+class PreparedEnvironment:
+    name: str
+    path: Path
+    cached: bool  # True: it was complete on the node already
+    seconds: float  # spent preparing (or checking) it for this job
+
+    @property
+    def bin_dir(self) -> Path:
+        return self.path / "bin"
+
+    def activate(self, env: dict[str, str]) -> dict[str, str]:
+        """The command's environment with this environment's programs first on PATH."""
+        rest = [p for p in env.get("PATH", os.defpath).split(os.pathsep) if p and p != str(self.bin_dir)]
+        return {**env, "PATH": os.pathsep.join([str(self.bin_dir), *rest]), "VIRTUAL_ENV": str(self.path),
+                "SIMPLEAI_ENVIRONMENT": self.name}
+
+
+def base_python() -> str:
+    """The interpreter environments are made from: the agent's base Python, not its own venv."""
+    return getattr(sys, "_base_executable", None) or sys.executable
+
+
+def environment_key(spec: TrainingEnvironment, python: str) -> str:
+    text = json.dumps({"python": python, "requirements": sorted(spec["requirements"])}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def torch_pin(requirements: list[str]) -> str | None:
+    for line in requirements:
+        name, _, version = line.partition("==")
+        if name.split("[", 1)[0].strip().lower() == "torch":
+            return version.strip()
+    return None
+
+
+class EnvironmentCache:
+    def __init__(self, root: Path, python: str | None = None) -> None:
+        self.root = root
+        self.python = python or base_python()
+        self.tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
+
+    def entry(self, spec: TrainingEnvironment) -> Path:
+        return self.root / "envs" / environment_key(spec, f"{self.python} {self.tag}")
+
+    def manifest(self, spec: TrainingEnvironment) -> dict[str, Any] | None:
+        """The complete environment's record, or None (not built, half built, or its layer is gone)."""
+        try:
+            record = json.loads((self.entry(spec) / MANIFEST).read_text())
+        except (OSError, ValueError):
+            return None
+        if record.get("torch_layer") and not (Path(record["torch_layer"]) / MANIFEST).is_file():
+            return None
+        return record
+
+    async def prepare(self, spec: TrainingEnvironment, log: JobLog) -> PreparedEnvironment:
+        """The environment ready to use: from the cache, or built now (raises EnvironmentFailed)."""
+        started = time.monotonic()
+        label = f"{spec['name']} ({spec.get('framework_label') or spec['framework']} {spec['version']})"
+        path = self.entry(spec)
+        ready = self.manifest(spec)
+        if ready is not None:
+            log.info(f"Training environment {label}: cached on this node (prepared {_ago(ready.get('prepared_at'))} "
+                     f"in {ready.get('seconds', 0):.0f} s), reused")
+            return PreparedEnvironment(spec["name"], path, True, time.monotonic() - started)
+        async with self._locked(f"env-{path.name}", log, f"the training environment {spec['name']}"):
+            ready = self.manifest(spec)
+            if ready is not None:  # built by the job we waited for
+                log.info(f"Training environment {label}: prepared by another job on this node meanwhile, reused")
+                return PreparedEnvironment(spec["name"], path, True, time.monotonic() - started)
+            log.info(f"Training environment {label}: preparing it on this node for the first time "
+                     f"({', '.join(spec['requirements'])}); later jobs reuse it")
+            try:
+                await self._build(spec, path, log)
+            except BaseException:
+                shutil.rmtree(path, ignore_errors=True)  # never leave half an environment behind
+                raise
+            seconds = time.monotonic() - started
+            log.info(f"Training environment {spec['name']} ready (prepared in {seconds:.1f} s; cached for later jobs)")
+            return PreparedEnvironment(spec["name"], path, False, seconds)
+
+    # -- building --------------------------------------------------------------------------
+
+    async def _build(self, spec: TrainingEnvironment, path: Path, log: JobLog) -> None:
+        started = time.monotonic()
+        shutil.rmtree(path, ignore_errors=True)  # what a crashed build left
+        requirements = list(spec["requirements"])
+        odd = [line for line in requirements if not _PIN.fullmatch(line)]
+        if odd:  # the console sends exact pins only; a pip option in a requirements file would be obeyed
+            raise EnvironmentFailed(f"the list holds lines that are not exact pins: {', '.join(map(repr, odd))}")
+        torch_version = torch_pin(requirements)
+        layer = await self._layer(torch_version, log) if torch_version else None
+        await self._run([self.python, "-m", "venv", str(path)], log, "creating the virtual environment", quiet=True)
+        site = _site_packages(path)
+        if layer is not None:
+            (site / LAYER_PTH).write_text(f"{layer}\n")
+            _link_console_scripts(layer, path / "bin")
+        python = str(path / "bin" / "python")
+        pip = [python, "-m", "pip", "install", "--disable-pip-version-check", "--no-input"]
+        await self._run([*pip, *BUILD_TOOLS], log, "installing the build tools", quiet=True)
+        listing = path / "simpleai-requirements.txt"
+        listing.write_text("\n".join(requirements) + "\n")
+        log.info(f"Installing {len(requirements)} pinned packages with pip (progress below)")
+        await self._run([*pip, "--no-build-isolation", "-r", str(listing)], log, "pip install", env={"DS_BUILD_OPS": "0"})
+        versions = await self._check(python, requirements, log)
+        (path / MANIFEST).write_text(json.dumps({
+            "name": spec["name"], "framework": spec["framework"], "version": spec["version"],
+            "requirements": requirements, "python": self.python, "torch_layer": str(layer or ""),
+            "versions": versions, "prepared_at": time.time(), "seconds": round(time.monotonic() - started, 1),
+        }, indent=1))
+
+    async def _layer(self, version: str, log: JobLog) -> Path:
+        """torch==version and its dependencies in the shared layer (installed once per node)."""
+        layer = self.root / "layers" / f"torch-{version}-{self.tag}"
+        if (layer / MANIFEST).is_file():
+            log.info(f"torch {version}: from this node's shared layer (not copied into the environment)")
+            return layer
+        async with self._locked(f"layer-{layer.name}", log, f"the torch {version} layer"):
+            if (layer / MANIFEST).is_file():
+                return layer
+            log.info(f"torch {version}: installing it into this node's shared layer (once per node; every environment uses it)")
+            building = layer.with_name(f"{layer.name}.building")
+            shutil.rmtree(building, ignore_errors=True)
+            await self._run([self.python, "-m", "pip", "install", "--disable-pip-version-check", "--no-input",
+                             "--target", str(building), f"torch=={version}"], log, f"installing torch {version}")
+            (building / MANIFEST).write_text(json.dumps({"torch": version, "prepared_at": time.time()}))
+            shutil.rmtree(layer, ignore_errors=True)
+            os.replace(building, layer)  # a plain directory of packages: safe to rename when complete
+            return layer
+
+    async def _check(self, python: str, requirements: list[str], log: JobLog) -> dict[str, str]:
+        """Every pinned package imports at its pinned version (pip's word is not taken for it)."""
+        names = [line.split("==", 1)[0].split("[", 1)[0] for line in requirements]
+        script = ("import importlib.metadata as m, json, sys; "
+                  "print(json.dumps({n: m.version(n) for n in sys.argv[1:]}))")
+        output = await self._run([python, "-c", script, *names], log, "checking the installed versions", quiet=True)
+        versions = json.loads(output.strip().splitlines()[-1])
+        wrong = [f"{line} (found {versions.get(name)})" for line, name in zip(requirements, names, strict=True)
+                 if versions.get(name, "").split("+", 1)[0] != line.split("==", 1)[1].strip()]
+        if wrong:
+            raise EnvironmentFailed(f"the installed versions differ from the list: {', '.join(wrong)}")
+        log.info("Environment check: " + ", ".join(f"{name} {version}" for name, version in versions.items()))
+        return versions
+
+    async def _run(self, args: list[str], log: JobLog, step: str, env: dict[str, str] | None = None,
+                   quiet: bool = False) -> str:
+        """Run one build step; its progress lines go to the job's log; raises with pip's last lines."""
+        process = await asyncio.create_subprocess_exec(
+            *args, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+            env={**os.environ, "PIP_PROGRESS_BAR": "off", "PYTHONUNBUFFERED": "1", **(env or {})},
+            start_new_session=True,
+        )
+        tail: deque[str] = deque(maxlen=TAIL_LINES)
+        output: list[str] = []
+        assert process.stdout is not None
+        try:
+            async for raw in process.stdout:
+                line = raw.decode("utf-8", errors="replace").rstrip()
+                if not line:
+                    continue
+                tail.append(line)
+                output.append(line)
+                if not quiet and line.lstrip().startswith(PROGRESS_PREFIXES):
+                    log.info(f"  {_FROM.sub('', line.strip())}")
+            code = await process.wait()
+        except asyncio.CancelledError:  # the job was stopped while its environment was being built
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, 9)
+            await process.wait()
+            raise
+        if code != 0:
+            errors = [line.strip() for line in tail if "ERROR" in line or "error" in line.lower()]
+            detail = (errors or [line.strip() for line in tail])[-3:]
+            raise EnvironmentFailed(f"{step} failed (exit code {code}): {' | '.join(detail)}")
+        return "\n".join(output)
+
+    @contextlib.asynccontextmanager
+    async def _locked(self, name: str, log: JobLog, what: str):
+        locks = self.root / "locks"
+        locks.mkdir(parents=True, exist_ok=True)
+        with open(locks / f"{name}.lock", "w") as handle:
+            said = False
+            while True:
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if not said:
+                        log.info(f"Waiting: another job on this node is preparing {what}")
+                        said = True
+                    await asyncio.sleep(LOCK_POLL)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _site_packages(venv: Path) -> Path:
+    purelib = sysconfig.get_path("purelib", vars={"base": str(venv), "platbase": str(venv)})
+    return Path(purelib)
+
+
+def _link_console_scripts(layer: Path, bin_dir: Path) -> None:
+    """The layer's programs (torchrun, …) as scripts of the environment's own Python."""
+    python = bin_dir / "python"
+    for entry_points in layer.glob("*.dist-info/entry_points.txt"):
+        cfg = ConfigParser(interpolation=None)
+        cfg.optionxform = str  # type: ignore[assignment,method-assign]  # script names are case-sensitive
+        cfg.read_string(entry_points.read_text())
+        if not cfg.has_section("console_scripts"):
+            continue
+        for name, target in cfg.items("console_scripts"):
+            module, _, attr = target.strip().partition(":")
+            script = bin_dir / name
+            script.write_text(
+                f"#!{python}\nimport sys\nfrom {module} import {attr.split('.')[0]}\n"
+                f"sys.exit({attr}())\n"
+            )
+            script.chmod(0o755)
+
+
+def _ago(timestamp: Any) -> str:
+    if not isinstance(timestamp, (int, float)):
+        return "earlier"
+    seconds = max(0.0, time.time() - timestamp)
+    if seconds < 120:
+        return f"{seconds:.0f} s ago"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min ago"
+    return f"{seconds / 3600:.0f} h ago"
+

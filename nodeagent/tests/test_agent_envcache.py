@@ -1,0 +1,132 @@
+"""The node's training-environment cache without real package builds (the e2e tests build real
+ones): keys, the ready marker, one build at a time, and what a failed step says."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from nodeagent import envcache
+from nodeagent.envcache import MANIFEST, EnvironmentCache, EnvironmentFailed, environment_key, torch_pin
+
+
+def spec(*requirements: str, name: str = "pytorch-2.13.0") -> dict:
+    return {"name": name, "framework": "pytorch", "framework_label": "PyTorch", "version": "2.13.0",
+            "requirements": list(requirements or ("torch==2.13.0", "numpy==2.4.6")), "image": ""}
+
+
+class Lines:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def info(self, text: str) -> None:
+        self.lines.append(text)
+
+    warning = info
+
+
+def test_the_key_is_the_list_and_the_python_not_the_name_or_the_order():
+    python = "/usr/bin/python3.11 cp311"
+    a = environment_key(spec("torch==2.13.0", "numpy==2.4.6"), python)
+    assert a == environment_key(spec("numpy==2.4.6", "torch==2.13.0", name="renamed"), python)
+    assert a != environment_key(spec("torch==2.13.0", "numpy==2.4.5"), python)
+    assert a != environment_key(spec("torch==2.13.0", "numpy==2.4.6"), "/opt/python3.12 cp312")
+    assert torch_pin(["numpy==2.4.6", "torch==2.13.0"]) == "2.13.0" and torch_pin(["numpy==1"]) is None
+
+
+def fake_build(calls: list[str], seconds: float = 0.3):
+    async def build(self, spec, path, log):
+        calls.append(spec["name"])
+        await asyncio.sleep(seconds)  # long enough for a second job to find the lock taken
+        path.mkdir(parents=True)
+        (path / MANIFEST).write_text(json.dumps({"name": spec["name"], "prepared_at": 0, "seconds": seconds}))
+    return build
+
+
+def test_two_jobs_needing_one_environment_build_it_once(tmp_path, monkeypatch):
+    calls: list[str] = []
+    monkeypatch.setattr(EnvironmentCache, "_build", fake_build(calls))
+    monkeypatch.setattr(envcache, "LOCK_POLL", 0.05)
+    cache = EnvironmentCache(tmp_path)
+    first, second = Lines(), Lines()
+
+    async def both():
+        return await asyncio.gather(cache.prepare(spec(), first), cache.prepare(spec(), second))
+
+    one, two = asyncio.run(both())
+    assert calls == ["pytorch-2.13.0"]
+    assert one.path == two.path and not one.cached and two.cached
+    assert any("preparing it on this node for the first time" in line for line in first.lines)
+    assert "Waiting: another job on this node is preparing the training environment pytorch-2.13.0" in second.lines
+    assert any("prepared by another job on this node meanwhile, reused" in line for line in second.lines)
+    third = Lines()
+    assert asyncio.run(cache.prepare(spec(), third)).cached
+    assert third.lines[0].startswith("Training environment pytorch-2.13.0 (PyTorch 2.13.0): cached on this node")
+
+
+def test_a_failed_build_leaves_nothing_and_says_which_step_failed(tmp_path, monkeypatch):
+    async def failing(self, spec, path, log):
+        path.mkdir(parents=True)
+        (path / "half-written").write_text("x")
+        await self._run([sys.executable, "-c", "import sys; print('Collecting nope==1'); "
+                         "print('ERROR: No matching distribution found for nope==1'); sys.exit(1)"], log, "pip install")
+
+    monkeypatch.setattr(EnvironmentCache, "_build", failing)
+    cache, log = EnvironmentCache(tmp_path), Lines()
+    with pytest.raises(EnvironmentFailed) as failed:
+        asyncio.run(cache.prepare(spec(), log))
+    assert str(failed.value) == "pip install failed (exit code 1): ERROR: No matching distribution found for nope==1"
+    assert "  Collecting nope==1" in log.lines  # pip's progress reached the job's log
+    assert not cache.entry(spec()).exists()  # the next job builds it from scratch
+    assert cache.manifest(spec()) is None
+
+
+def test_an_environment_whose_torch_layer_is_gone_is_not_taken_as_ready(tmp_path):
+    cache = EnvironmentCache(tmp_path)
+    entry = cache.entry(spec())
+    entry.mkdir(parents=True)
+    layer = tmp_path / "layers" / "torch-2.13.0-cp311"
+    (entry / MANIFEST).write_text(json.dumps({"torch_layer": str(layer)}))
+    assert cache.manifest(spec()) is None
+    layer.mkdir(parents=True)
+    (layer / MANIFEST).write_text("{}")
+    assert cache.manifest(spec()) == {"torch_layer": str(layer)}
+
+
+def test_the_environment_s_programs_come_first(tmp_path):
+    prepared = envcache.PreparedEnvironment("deepspeed-0.18.9", tmp_path / "env", cached=True, seconds=0.0)
+    env = prepared.activate({"PATH": f"/usr/bin:{tmp_path / 'env' / 'bin'}", "HOME": "/root"})
+    assert env["PATH"].split(":") == [str(tmp_path / "env" / "bin"), "/usr/bin"]
+    assert env["VIRTUAL_ENV"] == str(tmp_path / "env") and env["SIMPLEAI_ENVIRONMENT"] == "deepspeed-0.18.9"
+
+
+def test_console_scripts_of_the_layer_run_with_the_environment_s_python(tmp_path):
+    layer, bin_dir = tmp_path / "layer", tmp_path / "env" / "bin"
+    (layer / "torch-2.13.0.dist-info").mkdir(parents=True)
+    (layer / "torch-2.13.0.dist-info" / "entry_points.txt").write_text(
+        "[console_scripts]\ntorchrun = torch.distributed.run:main\n")
+    bin_dir.mkdir(parents=True)
+    envcache._link_console_scripts(layer, bin_dir)
+    script = (bin_dir / "torchrun").read_text()
+    assert script.splitlines()[0] == f"#!{bin_dir / 'python'}"
+    assert "from torch.distributed.run import main" in script and (bin_dir / "torchrun").stat().st_mode & 0o111
+
+
+def test_the_cache_is_shared_by_the_agents_of_a_machine_by_default():
+    from nodeagent.config import parse_config
+
+    config = parse_config(["--console", "http://c:8000", "--token", "t", "--name", "n1"], environ={})
+    assert config.env_cache == Path.home() / ".simpleai-agent" / "environments"
+    custom = parse_config(["--console", "http://c:8000", "--token", "t", "--env-cache", "/srv/envs"], environ={})
+    assert custom.env_cache == Path("/srv/envs")
+
+
+def test_a_line_that_is_not_an_exact_pin_is_never_handed_to_pip(tmp_path):
+    log = Lines()
+    with pytest.raises(EnvironmentFailed) as failed:
+        asyncio.run(EnvironmentCache(tmp_path).prepare(spec("torch==2.13.0", "--index-url=http://evil.example"), log))
+    assert "not exact pins: '--index-url=http://evil.example'" in str(failed.value)
