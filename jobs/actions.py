@@ -6,10 +6,10 @@ event after the commit (zulip's `do_*` actions).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from django.db import transaction
-from django.db.models import Case, CharField, Value, When
+from django.db.models import BooleanField, Case, CharField, IntegerField, Value, When
 from django.utils import timezone
 
 from .choices import ACTIVE_STATUSES, JobStatus
@@ -66,6 +66,38 @@ def transition(job_id: int, new_status: str, reason: str = "") -> TrainingJob:
         )
     _publish_status(job)
     return job
+
+
+def start_attempts(jobs: Sequence[TrainingJob], reasons: Mapping[int, str]) -> None:
+    """Move waiting jobs (locked by the caller, `current_attempt` already set to their new
+    attempt) to Creating in one UPDATE, with one history row each and their live events."""
+    if not jobs:
+        return
+    for job in jobs:
+        check_transition(job.status, JobStatus.CREATING)
+    TrainingJob.objects.filter(pk__in=[job.pk for job in jobs]).update(
+        status=JobStatus.CREATING,
+        status_reason=Case(*[When(pk=job.pk, then=Value(reasons[job.pk][:500])) for job in jobs], output_field=CharField()),
+        current_attempt=Case(*[When(pk=job.pk, then=Value(job.current_attempt)) for job in jobs], output_field=IntegerField()),
+        updated_at=timezone.now(),
+    )
+    JobStatusChange.objects.bulk_create([
+        JobStatusChange(job=job, old_status=job.status, new_status=JobStatus.CREATING, reason=reasons[job.pk][:500])
+        for job in jobs
+    ])
+    for job in jobs:
+        job.status, job.status_reason = JobStatus.CREATING, reasons[job.pk][:500]
+        _publish_status(job)
+
+
+def note_warm_starts(notes: Mapping[int, tuple[bool, str]]) -> None:
+    """How jobs first started (warm or not, and why), for their pages: set once per job."""
+    if not notes:
+        return
+    TrainingJob.objects.filter(pk__in=list(notes), started_warm__isnull=True).update(
+        started_warm=Case(*[When(pk=pk, then=Value(warm)) for pk, (warm, _) in notes.items()], output_field=BooleanField()),
+        warm_note=Case(*[When(pk=pk, then=Value(note[:300])) for pk, (_, note) in notes.items()], output_field=CharField()),
+    )
 
 
 def reason_changed(job_id: int) -> None:

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
 from nodeagent.protocol import stream_role
@@ -33,47 +35,60 @@ KIND_BY_STATUS = {
 
 
 @transaction.atomic
-def start_attempt(job_id: int, assignments: list[Assignment]) -> JobAttempt | None:
-    """Create the next attempt of a waiting job on these nodes and move it to Creating.
+def start_attempts(placed: Mapping[int, Sequence[Assignment]]) -> dict[int, JobAttempt]:
+    """Create the next attempt of each waiting job on its nodes and move it to Creating, in a
+    constant number of statements however many jobs a scheduler run places.
 
     A failed-over or interrupted job resumes from its newest committed checkpoint
     (CKPT_LAST_STEP), and each of its streams gets a marker line that says why and where.
+    Returns job id → its new attempt (a job deleted or moved on meanwhile is left out).
     """
-    job = TrainingJob.objects.select_for_update().filter(pk=job_id).first()
-    if job is None or job.status not in KIND_BY_STATUS:
-        return None  # deleted or moved on since the scheduler looked
-    kind = KIND_BY_STATUS[job.status]
-    previous = JobAttempt.objects.filter(job=job, number=job.current_attempt).first()
-    number = job.current_attempt + 1
-    master = Node.objects.get(pk=assignments[0].node_id)
-    attempt = JobAttempt.objects.create(
-        job=job, number=number, kind=kind, master_addr=master.address, master_port=master_port(job.pk, number),
-        resume_step=job.checkpoint_step if kind != AttemptKind.INITIAL else None,
-    )
-    Placement.objects.bulk_create([
-        Placement(
-            attempt=attempt, node_id=a.node_id, node_name=a.node_name, node_rank=rank,
-            role=stream_role(rank), gpu_indices=list(a.gpu_indices),
+    jobs = list(TrainingJob.objects.select_for_update().filter(pk__in=list(placed), status__in=list(KIND_BY_STATUS)))
+    if not jobs:
+        return {}
+    resumed = [job for job in jobs if KIND_BY_STATUS[job.status] != AttemptKind.INITIAL]
+    causes = dict(
+        JobAttempt.objects.filter(job__in=resumed, number=F("job__current_attempt")).values_list("job_id", "cause")
+    ) if resumed else {}
+    addresses = dict(Node.objects.filter(pk__in={placed[job.pk][0].node_id for job in jobs}).values_list("pk", "address"))
+    attempts = JobAttempt.objects.bulk_create([
+        JobAttempt(
+            job=job, number=job.current_attempt + 1, kind=KIND_BY_STATUS[job.status],
+            master_addr=addresses[placed[job.pk][0].node_id], master_port=master_port(job.pk, job.current_attempt + 1),
+            resume_step=job.checkpoint_step if KIND_BY_STATUS[job.status] != AttemptKind.INITIAL else None,
         )
-        for rank, a in enumerate(assignments)
+        for job in jobs
     ])
-    job.current_attempt = number
-    job.save(update_fields=["current_attempt", "updated_at"])
+    Placement.objects.bulk_create([
+        Placement(attempt=attempt, node_id=a.node_id, node_name=a.node_name, node_rank=rank, role=stream_role(rank),
+                  gpu_indices=list(a.gpu_indices))
+        for attempt in attempts for rank, a in enumerate(placed[attempt.job_id])
+    ])
+    reasons = {}
+    for job, attempt in zip(jobs, attempts, strict=True):
+        reasons[job.pk] = _placed_reason(job, attempt, placed[job.pk], causes.get(job.pk, ""))
+        job.current_attempt = attempt.number
+    actions.start_attempts(jobs, reasons)
+    sync_nodes_on_commit(a.node_id for assignments in placed.values() for a in assignments)
+    return {attempt.job_id: attempt for attempt in attempts}
+
+
+def _placed_reason(job: TrainingJob, attempt: JobAttempt, assignments: Sequence[Assignment], cause: str) -> str:
     nodes = ", ".join(a.node_name for a in assignments)
-    if kind == AttemptKind.INITIAL:
-        reason = f"Attempt {number} placed on {nodes}; preparing the environment"
-    else:
-        resume = f"checkpoint step {attempt.resume_step}" if attempt.resume_step is not None else "the start (no checkpoint was committed)"
-        label = "Failover" if kind == AttemptKind.FAILOVER else "Spot resume"
-        reason = f"{label}: attempt {number} placed on {nodes}, resuming from {resume}"
-        cause = previous.cause if previous else ""
-        for rank, a in enumerate(assignments):
-            console_log.write(job.pk, stream_role(rank), number,
-                              f"[{label.upper()}] ==== attempt {number - 1} was interrupted ({cause}); "
-                              f"attempt {number} on node {a.node_name}, resuming from {resume} ====", opening=True)
-    actions.transition(job.pk, JobStatus.CREATING, reason)
-    sync_nodes_on_commit(a.node_id for a in assignments)
-    return attempt
+    if attempt.kind == AttemptKind.INITIAL:
+        return f"Attempt {attempt.number} placed on {nodes}; preparing the environment"
+    resume = f"checkpoint step {attempt.resume_step}" if attempt.resume_step is not None else "the start (no checkpoint was committed)"
+    label = "Failover" if attempt.kind == AttemptKind.FAILOVER else "Spot resume"
+    for rank, a in enumerate(assignments):
+        console_log.write(job.pk, stream_role(rank), attempt.number,
+                          f"[{label.upper()}] ==== attempt {attempt.number - 1} was interrupted ({cause}); "
+                          f"attempt {attempt.number} on node {a.node_name}, resuming from {resume} ====", opening=True)
+    return f"{label}: attempt {attempt.number} placed on {nodes}, resuming from {resume}"
+
+
+def start_attempt(job_id: int, assignments: Sequence[Assignment]) -> JobAttempt | None:
+    """One job's next attempt (see start_attempts)."""
+    return start_attempts({job_id: assignments}).get(job_id)
 
 
 @dataclass(frozen=True)

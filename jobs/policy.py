@@ -8,7 +8,7 @@ the other way round. `workspaces` installs its policy when Django starts
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from django.db.models import QuerySet
@@ -33,7 +33,9 @@ class PolicyRun(Protocol):
 
     def admit(self, request: JobRequest) -> None: ...
 
-    def placed(self, job: TrainingJob, assignments: Sequence[Assignment]) -> None: ...
+    def placed(self, started: Mapping[TrainingJob, Sequence[Assignment]]) -> None:
+        """The jobs this run started (read before they were), with their placements."""
+        ...
 
 
 class ClusterPolicy(Protocol):
@@ -60,7 +62,7 @@ class _SharedPoolRun:
     def admit(self, request: JobRequest) -> None:
         return None
 
-    def placed(self, job: TrainingJob, assignments: Sequence[Assignment]) -> None:
+    def placed(self, started: Mapping[TrainingJob, Sequence[Assignment]]) -> None:
         return None
 
 

@@ -8,10 +8,12 @@ so running it again changes nothing, and a lost trigger is made up by the next t
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.db import transaction
+from django.db.models import Case, CharField, Value, When
 from django.utils import timezone
 
 from . import actions, failover, lifecycle, policy
@@ -87,13 +89,20 @@ def _ready(jobs: list[TrainingJob], ledger: Ledger) -> list[TrainingJob]:
     return ready
 
 
-def _release_warm(job: TrainingJob, assignments: list[Assignment], now: datetime) -> None:
-    for assignment in assignments:
-        for hold in assignment.takes_warm:
-            taker = f"your job {job.name}" if hold.owner_id == job.owner_id else "another user's job"
-            Placement.objects.filter(pk=hold.placement_id, warm_released_at__isnull=True).update(
-                warm_released_at=now, warm_released_for=f"{taker} on {assignment.node_name}"[:200],
-            )
+def _release_warm(jobs: dict[int, TrainingJob], started: Mapping[int, Sequence[Assignment]], now: datetime) -> None:
+    """The warm holds the new placements took end now, and say for what (one UPDATE)."""
+    released: dict[int, str] = {}
+    for job_id, assignments in started.items():
+        job = jobs[job_id]
+        for assignment in assignments:
+            for hold in assignment.takes_warm:
+                taker = f"your job {job.name}" if hold.owner_id == job.owner_id else "another user's job"
+                released[hold.placement_id] = f"{taker} on {assignment.node_name}"[:200]
+    if released:
+        Placement.objects.filter(pk__in=list(released), warm_released_at__isnull=True).update(
+            warm_released_at=now,
+            warm_released_for=Case(*[When(pk=pk, then=Value(text)) for pk, text in released.items()], output_field=CharField()),
+        )
 
 
 def run(now: datetime | None = None) -> RunSummary:
@@ -116,10 +125,10 @@ def run(now: datetime | None = None) -> RunSummary:
             (policies.shape(_request(job)) for job in ready if job.pk not in policies.held), ledger, policies,
         )
         by_id = {job.pk: job for job in ready}
-        for job_id, assignments in decision.placed.items():
-            if lifecycle.start_attempt(job_id, assignments) is not None:
-                _release_warm(by_id[job_id], assignments, now)
-                policies.placed(by_id[job_id], assignments)
+        attempts = lifecycle.start_attempts(decision.placed)
+        started = {job_id: decision.placed[job_id] for job_id in attempts}
+        _release_warm(by_id, started, now)
+        policies.placed({by_id[job_id]: assignments for job_id, assignments in started.items()})
         for victim in TrainingJob.objects.select_for_update().filter(pk__in=list(decision.preempt)):
             if victim.status in (JobStatus.CREATING, JobStatus.RUNNING):
                 failover.pause_spot(victim, f"capacity reclaimed by on-demand job {by_id[decision.preempt[victim.pk]].name}")

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 
 from django.contrib.auth import get_user_model
 
+from jobs import actions as job_actions
 from jobs.capacity import JobHold, Ledger, Reservation
 from jobs.choices import JobStatus
 from jobs.models import Placement, TrainingJob
@@ -136,21 +137,32 @@ class WorkspacesRun:
             usage, running_jobs=usage.running_jobs + 1, gpus_in_use=usage.gpus_in_use + (0 if ask.in_workspace else ask.gpus),
         )
 
-    def placed(self, job: TrainingJob, assignments: Sequence[Assignment]) -> None:
-        """Record which placements start warm, and on the job whether it did and why (not)."""
-        # `job` was read before start_attempt placed its next attempt
+    def placed(self, started: Mapping[TrainingJob, Sequence[Assignment]]) -> None:
+        """Record which placements start warm, and on each job whether it did and why (not):
+        a constant number of statements for the whole run."""
+        if not started:
+            return
+        # the jobs were read before start_attempts placed their next attempt
+        new_attempt = {job.pk: job.current_attempt + 1 for job in started}
         placements = {
-            p.node_id: p for p in Placement.objects.filter(attempt__job=job, attempt__number=job.current_attempt + 1)
+            (p.attempt.job_id, p.node_id): p
+            for p in Placement.objects.filter(attempt__job__in=list(new_attempt)).select_related("attempt")
+            if p.attempt.number == new_attempt[p.attempt.job_id]
         }
-        assigned = [a.node_id for a in assignments]
-        recent = warm_entries(NOTE_LOOKBACK, owners=[job.owner_id], now=self.ledger.now)
-        result = outcome(config(job), assigned, recent, self.ledger.now, self._why_taken(job, recent))
-        WarmStart.objects.bulk_create([
-            WarmStart(placement=placements[node_id], source_job_id=entry.job_id, source_job_name=entry.job_name)
-            for node_id, entry in result.reuse.items() if node_id in placements
-        ])
-        if job.started_warm is None:  # the job page tells how the job first started
-            TrainingJob.objects.filter(pk=job.pk).update(started_warm=result.started_warm, warm_note=result.note[:300])
+        recent: dict[int, list[WarmEntry]] = {}
+        for entry in warm_entries(NOTE_LOOKBACK, owners={job.owner_id for job in started}, now=self.ledger.now):
+            recent.setdefault(entry.owner_id, []).append(entry)
+        reuses, notes = [], {}
+        for job, assignments in started.items():
+            mine = recent.get(job.owner_id, [])
+            result = outcome(config(job), [a.node_id for a in assignments], mine, self.ledger.now, self._why_taken(job, mine))
+            reuses += [
+                WarmStart(placement=placements[(job.pk, node_id)], source_job_id=entry.job_id, source_job_name=entry.job_name)
+                for node_id, entry in result.reuse.items() if (job.pk, node_id) in placements
+            ]
+            notes[job.pk] = (result.started_warm, result.note)
+        WarmStart.objects.bulk_create(reuses)
+        job_actions.note_warm_starts(notes)  # the job page tells how the job first started
 
     def _why_taken(self, job: TrainingJob, recent: list[WarmEntry]) -> dict[int, str]:
         why = {}
