@@ -173,6 +173,9 @@ class SimSupervisor:
         return [protocol.RunningRef(job_id=int(k.split("/")[0]), attempt=int(k.split("/")[1]), role=k.split("/")[2])
                 for k in self.tasks]
 
+    def ended(self) -> list[protocol.RunningRef]:
+        return []
+
     def reconcile(self, placements: list[protocol.Placement]) -> None:
         wanted = {protocol.placement_key(p["job_id"], p["attempt"], p["role"]): p for p in placements}
         for key, placement in wanted.items():
@@ -400,6 +403,15 @@ async def run(args) -> None:
             agent.kill()
             killed[agent.name] = time.monotonic()
         watcher = loop.create_task(watch_killed())
+    profilers = []
+    if args.profile:
+        py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+        for name, process in console.processes.items():
+            if name.startswith(("daphne", "worker")):
+                profilers.append(subprocess.Popen(
+                    [py_spy, "record", "--pid", str(process.pid), "--format", "raw", "--rate", "50", "--subprocesses",
+                     "-o", str(Path(args.profile) / f"{name}.txt"), "--duration", str(int(args.profile_seconds))],
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     api_latencies, avg_gpus = await creator
     created_in = time.monotonic() - job_t0
     usage_cpu, usage_rss = await loop.run_in_executor(None, console_usage, console.pids(), 10)
@@ -442,6 +454,8 @@ async def run(args) -> None:
     print("timeline (s, connected, Lost, GPUs busy %, heartbeat lag p99 s):")
     for t, connected, lost, busy_pct, lag in probe.timeline[:: max(1, len(probe.timeline) // 30)]:
         print(f"  {t:6.0f} {connected:6d} {lost:5d} {busy_pct:6.1f} {lag:8.2f}")
+    for profiler in profilers:
+        profiler.wait()
     for agent in agents:
         agent.kill()
     await asyncio.sleep(0.5)
@@ -458,6 +472,8 @@ def main() -> None:
     parser.add_argument("--kill", type=int, default=10, help="agents killed half-way through the jobs")
     parser.add_argument("--daphnes", type=int, default=1, help="daphne processes (agents are spread over them)")
     parser.add_argument("--console-tree", default="", help="run the console from this checkout instead")
+    parser.add_argument("--profile", default="", help="a directory: py-spy samples daphne and the worker during the jobs")
+    parser.add_argument("--profile-seconds", type=float, default=60)
     args = parser.parse_args()
     asyncio.run(run(args))
 

@@ -97,7 +97,7 @@ class AgentConsumer(ProtocolConsumer):
             await self.refuse(str(refused))
             return
         self.node_id, self.session = node.pk, node.session
-        gone = await agent_db(nodes.forget_unknown_placements)(node.pk, hello.get("running") or [])
+        gone = await agent_db(nodes.forget_unknown_placements)(node.pk, hello.get("running") or [], hello.get("ended") or [])
         if gone:
             log.warning("node %s came back without %s: treated as lost", node.name, ", ".join(gone))
         if hello.get("sent_at") is not None:

@@ -245,12 +245,12 @@ def watch_heartbeats(now: datetime | None = None) -> list[str]:
     return names
 
 
-def forget_unknown_placements(node_id: int, running: list[protocol.RunningRef]) -> list[str]:
-    """After a hello: placements the console thinks run on the node but its agent does not
-    (it restarted with an empty work dir, or another agent process replaced it) are lost —
-    their processes went with the old agent. Those merely assigned wait for the desired state.
-    Returns the placements' keys."""
-    known = {protocol.placement_key(r["job_id"], r["attempt"], r["role"]) for r in running}
+def forget_unknown_placements(node_id: int, running: list[protocol.RunningRef], ended: list[protocol.RunningRef] = ()) -> list[str]:
+    """After a hello: placements the console thinks run on the node but its agent neither runs
+    nor saw end (it restarted with an empty work dir, or another agent process replaced it) are
+    lost — their processes went with the old agent. Those merely assigned wait for the desired
+    state; those the agent saw end have their exit reports on the way. Returns their keys."""
+    known = {protocol.placement_key(r["job_id"], r["attempt"], r["role"]) for r in [*running, *ended]}
     node = Node.objects.get(pk=node_id)
     gone = []
     started = Placement.objects.filter(node_id=node_id, state__in=[PlacementState.PREPARING, PlacementState.RUNNING])

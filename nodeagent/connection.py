@@ -108,7 +108,7 @@ class Connection:
         self._error = ""
         hello = protocol.Hello(
             type="hello", protocol=protocol.PROTOCOL_VERSION, node=self.node, running=self.supervisor.running(),
-            sent_at=time.time(),
+            ended=self.supervisor.ended(), sent_at=time.time(),
         )
         with contextlib.suppress(ConnectionClosed):
             # a refusal (error + close 4401) may arrive before our hello is out: read it below

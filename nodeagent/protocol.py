@@ -46,7 +46,8 @@ HEARTBEAT_INTERVAL = 3.0  # seconds
 DEFAULT_FENCE_AFTER = 300.0  # seconds without the console before an agent stops its placements
 CLOSE_BAD_TOKEN = 4401
 CLOSE_SUPERSEDED = 4409  # another connection of the same node replaced this one: stop and exit
-CLOSE_TRY_AGAIN = 1013  # the console is up but cannot serve now (its database or Redis is down)
+CLOSE_TRY_AGAIN = 1013
+MAX_ENDED_REFS = 500  # the console is up but cannot serve now (its database or Redis is down)
 
 PlacementState = Literal["preparing", "running", "exited"]
 
@@ -81,6 +82,9 @@ class Hello(TypedDict):
     node: NodeInfo
     running: list[RunningRef]
     sent_at: NotRequired[float]  # the agent's clock (unix seconds): the console learns its offset
+    # placements this agent process saw end (the most recent MAX_ENDED_REFS): their exit reports
+    # may still be on their way in the spool, so the console does not take them for lost
+    ended: NotRequired[list[RunningRef]]
 
 
 class Heartbeat(TypedDict):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .protocol import FAULT_KINDS, PREPARATION_FAILURES
+from .protocol import FAULT_KINDS, MAX_ENDED_REFS, PREPARATION_FAILURES
 
 # The agent's side of the limits
 MAX_LINE_CHARS = 16_384  # a longer output line is split into continuation lines
@@ -154,7 +154,20 @@ def _checkpoint(message: dict) -> None:
     _str(message, "url", MAX_URL_CHARS)
 
 
+def _refs(message: dict, key: str, limit: int) -> None:
+    refs = message.get(key, [])
+    if not isinstance(refs, list) or len(refs) > limit:
+        raise Invalid(f"`{key}` must be a list of at most {limit} placements")
+    for ref in refs:
+        if not isinstance(ref, dict):
+            raise Invalid(f"each of `{key}` must be an object")
+        _job_ref(ref)
+        _role(ref, "role")
+
+
 def _hello(message: dict) -> None:
+    _refs(message, "running", 4096)
+    _refs(message, "ended", MAX_ENDED_REFS)
     node = message.get("node")
     if not isinstance(node, dict):
         raise Invalid("`node` must be an object")
@@ -193,7 +206,9 @@ def check(message: Any) -> None:
         raise Invalid(f"unknown message type {str(kind)[:40]!r}")
     if kind not in ("hello", "heartbeat"):
         _int(message, "msg_id", 1, MAX_BIGINT)
-    if kind == "heartbeat" and message.get("sent_at") is not None:
+    if kind == "heartbeat":
+        _refs(message, "running", 4096)
+    if kind in ("hello", "heartbeat") and message.get("sent_at") is not None:
         _ts(message["sent_at"], "`sent_at`")
     CHECKS[kind](message)
 

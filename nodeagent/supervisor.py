@@ -11,14 +11,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from pathlib import Path
 from typing import Any
 
-from .protocol import Placement, RunningRef, placement_key
+from .protocol import MAX_ENDED_REFS, Placement, RunningRef, placement_key
 from .runner import Runner, RunnerContext
 from .workdirs import attempt_paths, read_markers, write_marker
 
 log = logging.getLogger(__name__)
+
+
+def _ref(key: str) -> RunningRef:
+    job_id, attempt, role = key.split("/", 2)
+    return RunningRef(job_id=int(job_id), attempt=int(attempt), role=role)
 
 
 class Supervisor:
@@ -27,6 +33,7 @@ class Supervisor:
         self.runners: dict[str, Runner] = {}
         self.tasks: dict[str, asyncio.Task[None]] = {}
         self.finished: set[str] = set()
+        self.recently_ended: deque[str] = deque(maxlen=MAX_ENDED_REFS)  # newest last, for the hello
 
     def reconcile(self, placements: list[Placement]) -> None:
         listed: dict[str, Placement] = {}
@@ -60,6 +67,7 @@ class Supervisor:
         self.runners.pop(key, None)
         self.tasks.pop(key, None)
         self.finished.add(key)
+        self.recently_ended.append(key)
         log.info("placement %s ended", key)
 
     def crash_gpu(self, gpu_index: int, reason: str) -> None:
@@ -74,6 +82,10 @@ class Supervisor:
             runner.placement = {**runner.placement, "stop_grace_seconds": min(runner.grace, grace)}
             runner.request_stop(reason)
         return len(self.runners)
+
+    def ended(self) -> list[RunningRef]:
+        """Placements this agent process saw end, newest last (their reports may be spooled still)."""
+        return [_ref(key) for key in self.recently_ended]
 
     def running(self) -> list[RunningRef]:
         """Placements this agent is responsible for now (preparing, running or stopping)."""
@@ -103,7 +115,9 @@ class Supervisor:
             if marker.get("state") != "exited" and {"job_id", "attempt", "role"} <= marker.keys()
         ]
         for _, marker in left:
-            self.finished.add(placement_key(marker["job_id"], marker["attempt"], marker["role"]))
+            key = placement_key(marker["job_id"], marker["attempt"], marker["role"])
+            self.finished.add(key)
+            self.recently_ended.append(key)
         await asyncio.gather(*(self._recover_one(path, marker) for path, marker in left))
 
     async def _recover_one(self, path: Path, marker: dict[str, Any]) -> None:

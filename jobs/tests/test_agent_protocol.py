@@ -184,3 +184,36 @@ async def test_a_non_zero_exit_fails_the_job_with_its_reason():
     placement = await sync_to_async(Placement.objects.get)(attempt__job=job)
     assert placement.state == "exited" and placement.exit_code == 2
     await socket.disconnect()
+
+
+async def _running_then_reconnect(ended: bool) -> TrainingJob:
+    """gpu-01 runs a job; its agent comes back (a new connection) saying what it runs and what ended."""
+    socket, _ = await connect_node("gpu-01")
+    job = await sync_to_async(_placed_job)()
+    await socket.receive_json_from(timeout=5)  # desired
+    await socket.send_json_to({"type": "attempt", "msg_id": 1, "job_id": job.pk, "attempt": 1, "role": "master", "state": "running"})
+    await socket.receive_json_from(timeout=5)
+    await socket.disconnect()
+    token = await sync_to_async(lambda: NodeToken.mint("gpu-01")[1])()
+    again = agent_socket(token)
+    assert (await again.connect())[0]
+    ref = {"job_id": job.pk, "attempt": 1, "role": "master"}
+    await again.send_json_to({**hello("gpu-01"), "running": [], "ended": [ref] if ended else []})
+    assert (await again.receive_json_from(timeout=5))["type"] == "welcome"
+    await again.disconnect()
+    return await sync_to_async(TrainingJob.objects.get)(pk=job.pk)
+
+
+@synced
+async def test_an_agent_back_without_a_running_placement_loses_it():
+    """Its processes went with the old agent (empty work dir, or another agent replaced it)."""
+    job = await _running_then_reconnect(ended=False)
+    assert job.status == "Failed"
+    assert "came back without this placement" in job.status_reason
+
+
+@synced
+async def test_a_placement_the_agent_saw_end_waits_for_its_exit_report():
+    """The command ended while the console was away; the report is still in the agent's spool."""
+    job = await _running_then_reconnect(ended=True)
+    assert job.status == "Running"

@@ -14,10 +14,10 @@ import os
 import subprocess
 import time
 
+import psutil
 import psycopg
 import pytest
 from django.conf import settings
-from django.db import connection
 
 from console.services.ports import free_port, wait_for_port
 from console.services.redis_server import redis_binary
@@ -71,13 +71,16 @@ class DatabaseGate:
             for sql, params in statements:
                 conn.execute(sql, params)
 
-    def close(self) -> None:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_backend_pid()")
-            mine = cursor.fetchone()[0]
+    def close(self, pids: list[int]) -> None:
+        """Refuse new connections, and drop the open ones of these processes (the console's) only:
+        the test process's own connections, in any thread, stay usable."""
+        ports = [
+            c.laddr.port for pid in pids for proc in [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+            for c in proc.net_connections(kind="tcp") if c.raddr and c.raddr.port == int(self.admin["port"])
+        ]
         self._run(
             (f'ALTER DATABASE "{self.name}" ALLOW_CONNECTIONS false', []),
-            ("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> %s", [self.name, mine]),
+            ("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND client_port = ANY(%s)", [self.name, ports]),
         )
 
     def open(self) -> None:
@@ -116,7 +119,7 @@ def test_training_rides_out_a_two_minute_outage_of_the_console_its_redis_and_its
     gate = DatabaseGate()
     stack.stop_console()
     redis.stop()
-    gate.close()
+    gate.close([process.pid for process in stack.processes.values()] + [agent.process.pid])
     try:
         time.sleep(OUTAGE_SECONDS)
     finally:
