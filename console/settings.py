@@ -175,10 +175,13 @@ NODE_FENCE_AFTER_SECONDS = env_int("NODE_FENCE_AFTER_SECONDS", 300, minimum=10)
 JOB_STOP_GRACE_SECONDS = env_int("JOB_STOP_GRACE_SECONDS", 30, minimum=0)
 # how often beat runs the scheduler and the heartbeat watchdog (seconds)
 SCHEDULER_TICK_SECONDS = env_int("SCHEDULER_TICK_SECONDS", 5, minimum=1)
+# how often the watchdog looks for nodes past their grace (one indexed query)
+NODE_WATCH_SECONDS = env_int("NODE_WATCH_SECONDS", 2, minimum=1)
 
 CELERY_BEAT_SCHEDULE = {
     "schedule-jobs": {"task": "jobs.tasks.schedule_jobs", "schedule": float(SCHEDULER_TICK_SECONDS)},
-    "watch-heartbeats": {"task": "jobs.tasks.watch_heartbeats", "schedule": float(SCHEDULER_TICK_SECONDS)},
+    # a killed node is declared Lost at most this long after its grace ends
+    "watch-heartbeats": {"task": "jobs.tasks.watch_heartbeats", "schedule": float(NODE_WATCH_SECONDS)},
     "finish-failover-assessments": {"task": "jobs.tasks.finish_failover_assessments", "schedule": float(SCHEDULER_TICK_SECONDS)},
 }
 

@@ -6,7 +6,7 @@ from collections import defaultdict
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db.models import Q
+from django.db.models import F, Q, Value
 from django.utils import timezone
 
 from . import policy
@@ -63,6 +63,8 @@ def warm_holds(now: datetime) -> list[WarmHold]:
         state=PlacementState.EXITED, node__isnull=False, warm_released_at__isnull=True,
         ended_at__gte=now - timedelta(minutes=cap), attempt__job__status__in=TERMINAL_STATUSES,
         attempt__job__keep_alive_minutes__gt=0,
+        # within its own keep-alive: a busy cluster ends many jobs an hour whose holds are over
+        ended_at__gt=Value(now) - F("attempt__job__keep_alive_minutes") * Value(timedelta(minutes=1)),
     ).filter(
         # the environment was prepared only if the attempt got to run (or completed at once)
         Q(attempt__running_at__isnull=False) | Q(attempt__job__status=JobStatus.COMPLETED),

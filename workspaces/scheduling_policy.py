@@ -107,7 +107,7 @@ class WorkspacesRun:
     def __init__(self, jobs: Sequence[TrainingJob], ledger: Ledger) -> None:
         self.jobs = {job.pk: job for job in jobs}
         self.ledger = ledger
-        self.entries = warm_entries(keep_alive_window(), now=ledger.now)
+        self.entries = warm_entries(keep_alive_window(), now=ledger.now, live_only=True)
         self.held = _workspace_holds(jobs, ledger)
         self.limits = limits_by_owner({job.owner_id for job in jobs})
         self.usage = usage_by_owner(self.limits, ledger)

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db.models import Q
+from django.db.models import F, Q, Value
 from django.utils import timezone
 
 from jobs.choices import TERMINAL_STATUSES, JobStatus
@@ -26,13 +26,19 @@ def keep_alive_window() -> timedelta:
     return timedelta(minutes=settings.WARM_POOL_MAX_KEEP_ALIVE_MINUTES)
 
 
-def warm_entries(since: timedelta, owners: Iterable[int] | None = None, now: datetime | None = None) -> list[WarmEntry]:
-    """Environments kept on nodes after a job of their owner ended (newest per node and key)."""
+def warm_entries(since: timedelta, owners: Iterable[int] | None = None, now: datetime | None = None,
+                 live_only: bool = False) -> list[WarmEntry]:
+    """Environments kept on nodes after a job of their owner ended (newest per node and key);
+    `live_only`: those still within their keep-alive (the scheduler's preference needs no more,
+    and a busy cluster ends many jobs an hour that keep nothing)."""
     now = now or timezone.now()
     rows = Placement.objects.filter(
         ended_at__gte=now - since, node__isnull=False, state=PlacementState.EXITED,
         attempt__job__status__in=TERMINAL_STATUSES,
-    ).filter(
+    )
+    if live_only:
+        rows = rows.filter(ended_at__gt=Value(now) - F("attempt__job__keep_alive_minutes") * Value(timedelta(minutes=1)))
+    rows = rows.filter(
         # the environment was prepared on every node if the attempt got to run; a command that
         # ends at once can complete before its job was ever marked Running
         Q(attempt__running_at__isnull=False) | Q(attempt__job__status=JobStatus.COMPLETED),
