@@ -99,8 +99,8 @@ async def latency(url: str, token: str, job_id: int, session_key: str, seconds: 
             while True:
                 event = json.loads(await browser.recv())
                 now = time.time()
-                if event.get("type") == "log.lines" and event["stream"] == "latency":
-                    received.extend(now - ts for _, ts, _ in event["lines"])
+                if event.get("type") == "log.append":
+                    received.extend(now - line["ts"] for line in event["lines"] if line["stream"] == "latency")
 
         watcher = asyncio.create_task(watch())
         async with connect(url.replace("http", "ws") + "/ws/agent/", additional_headers={"Authorization": f"Bearer {token}"}) as agent:
