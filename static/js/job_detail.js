@@ -34,6 +34,7 @@
     const badge = document.getElementById("job-status");
     badge.textContent = "Deleted";
     badge.dataset.status = "Deleted";
+    document.getElementById("job-status-reason").textContent = "";
     document.getElementById("delete-job").disabled = true;
     LiveSocket.notice("job-gone", "This job was deleted.", { href: meta.list_url, text: "Back to Training Jobs" });
     document.dispatchEvent(new CustomEvent("job-gone"));
