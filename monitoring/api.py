@@ -15,6 +15,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from console.api_schema import QUERY_ERRORS
 from jobs.models import TrainingJob
 
 from . import log_cursor, queries
@@ -76,7 +77,7 @@ class JobLogsView(APIView):
                                          "concurrently — use `cursor`"),
             OpenApiParameter("limit", int, description=f"at most this many lines (1–{MAX_LIMIT}, default 1000)"),
         ],
-        responses={200: LogPageSerializer},
+        responses={200: LogPageSerializer, 400: QUERY_ERRORS},
     )
     def get(self, request: Request, pk: int) -> Response:
         job = get_object_or_404(TrainingJob, pk=pk, owner=request.user)
