@@ -26,8 +26,9 @@ from .test_logs_live import session_cookie
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
 
 LINES_PER_NODE = 30_000
-# both nodes print as fast as the agents ship: many batches of the two streams commit concurrently
-COMMAND = f'seq 1 {LINES_PER_NODE} | sed "s/^/line /"'
+# both nodes print as fast as the agents ship: many batches of the two streams commit concurrently;
+# they start once the readers are watching (the file appears on this same machine)
+COMMAND = 'while [ ! -e {go} ]; do sleep 0.1; done; seq 1 {lines} | sed "s/^/line /"'
 
 
 class Poller(threading.Thread):
@@ -71,6 +72,7 @@ class LogsTab(threading.Thread):
         self.seen: Counter = Counter()
         self.cursor = ""
         self.reconnects = 0
+        self.connected = threading.Event()
         self.done = threading.Event()
 
     def _session(self, drop_after: int | None) -> None:
@@ -83,6 +85,7 @@ class LogsTab(threading.Thread):
                     continue
                 self.seen.update((line["stream"], line["attempt"], line["seq"]) for line in event["lines"])
                 self.cursor = event["cursor"]
+                self.connected.set()
                 if drop_after is not None and sum(self.seen.values()) >= drop_after:
                     return  # the connection drops here; lines stored meanwhile wait for the resume
 
@@ -93,15 +96,18 @@ class LogsTab(threading.Thread):
         self._session(drop_after=None)
 
 
-def test_every_line_of_two_parallel_agents_is_read_exactly_once(alice, stack, start_nodes):
+def test_every_line_of_two_parallel_agents_is_read_exactly_once(alice, stack, start_nodes, tmp_path):
     start_nodes("node-a", "node-b")
     token = Token.objects.create(user=alice).key
-    job = create_job(alice, "two-streams", COMMAND, node_count=2)
+    go = tmp_path / "go"
+    job = create_job(alice, "two-streams", COMMAND.format(go=go, lines=LINES_PER_NODE), node_count=2)
     url = f"{stack.url}/api/v1/training-jobs/{job.pk}/logs/"
     cursor_poller, since_poller = Poller(url, token, "cursor"), Poller(url, token, "since")
     tab = LogsTab(stack.url, job.pk, session_cookie(alice, stack.url))
     for reader in (cursor_poller, since_poller, tab):
         reader.start()
+    assert tab.connected.wait(30), "the Logs tab did not connect"
+    go.touch()
 
     job = wait_for_status(job.pk, "Completed", "Failed", timeout=180)
     assert job.status == "Completed", job.status_reason

@@ -62,12 +62,14 @@ def test_the_logs_tab_shows_new_lines_without_reloading(alice, stack, start_node
 
 
 
-def test_the_logs_tab_misses_and_repeats_no_line_across_a_dropped_connection(alice, stack, start_nodes):
+def test_the_logs_tab_misses_and_repeats_no_line_across_a_dropped_connection(alice, stack, start_nodes, tmp_path):
     """The page's Logs socket drops and cannot come back for 5 s while the job prints ~2,000
     lines (more than the 1,000-line backlog); it reconnects with its cursor and shows each
     line exactly once."""
     start_nodes("node-a")
-    command = ("python -c 'import time\nfor i in range(4000):\n    print(f\"tick {i}\", flush=True)\n"
+    go = tmp_path / "go"  # the command starts printing once the page is watching (same machine)
+    command = (f"while [ ! -e {go} ]; do sleep 0.1; done; "
+               "python -c 'import time\nfor i in range(4000):\n    print(f\"tick {i}\", flush=True)\n"
                "    if i % 40 == 39: time.sleep(0.1)'")
     job = create_job(alice, "logs-across-a-drop", command)
     wait_for_status(job.pk, "Running", timeout=60)
@@ -87,6 +89,8 @@ def test_the_logs_tab_misses_and_repeats_no_line_across_a_dropped_connection(ali
         page = context.new_page()
         page.route_web_socket(re.compile(r"/ws/jobs/\d+/logs/"), route)
         page.goto(f"{stack.url}/jobs/{job.pk}/?tab=logs")
+        expect(page.locator("#log-state")).to_have_text("Live")
+        go.touch()
         expect(page.locator("#log-view")).to_contain_text("tick 100", timeout=20_000)
         link["blocked"] = True
         link["open"].close(code=4000, reason="network down")
