@@ -99,8 +99,8 @@ async def latency(url: str, token: str, job_id: int, session_key: str, seconds: 
             while True:
                 event = json.loads(await browser.recv())
                 now = time.time()
-                if event.get("type") == "log.lines" and event["stream"] == "latency":
-                    received.extend(now - ts for _, ts, _ in event["lines"])
+                if event.get("type") == "log.append":
+                    received.extend(now - line["ts"] for line in event["lines"] if line["stream"] == "latency")
 
         watcher = asyncio.create_task(watch())
         async with connect(url.replace("http", "ws") + "/ws/agent/", additional_headers={"Authorization": f"Bearer {token}"}) as agent:
@@ -152,6 +152,29 @@ def raw_ceiling(job_id: int, rows: int) -> tuple[float, float]:
     return insert_rate, copy_rate
 
 
+def trigger_cost(job_id: int, rows: int, rounds: int = 3) -> tuple[float, float]:
+    """The console's statement with and without the commit-order trigger (migration
+    monitoring/0005), alternated in one run; returns the median rows/s of each."""
+    from django.db import connection
+
+    from monitoring.ingest import _INSERT_SQL
+
+    stamp = time.time()
+    rates: dict[bool, list[float]] = {True: [], False: []}
+    with connection.cursor() as cursor:
+        for round_ in range(rounds):
+            for enabled in (True, False) if round_ % 2 == 0 else (False, True):
+                cursor.execute(f"ALTER TABLE monitoring_logline {'ENABLE' if enabled else 'DISABLE'} TRIGGER logline_in_commit_order")
+                stream = f"trigger-{enabled}-{round_}"
+                began = time.perf_counter()
+                for start in range(0, rows, BATCH):
+                    chunk = list(range(start, min(rows, start + BATCH)))
+                    cursor.execute(_INSERT_SQL, [job_id, stream, 1, chunk, [stamp] * len(chunk), [f"step {i} loss 0.{i:06d}" for i in chunk]])
+                rates[enabled].append(rows / (time.perf_counter() - began))
+        cursor.execute("ALTER TABLE monitoring_logline ENABLE TRIGGER logline_in_commit_order")
+    return sorted(rates[True])[rounds // 2], sorted(rates[False])[rounds // 2]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
@@ -166,6 +189,7 @@ def main() -> None:
         stored = LogLine.objects.filter(job_id=job_id).count()
         rate = lines / seconds
         insert_rate, copy_rate = raw_ceiling(job_id, lines)
+        with_trigger, without_trigger = trigger_cost(job_id, 20_000 if args.quick else 50_000)
         samples = asyncio.run(latency(stack.url, tokens[0], job_id, session_key, 5 if args.quick else 15, 2000))
     print("\nLog pipeline (agents → daphne → PostgreSQL), one run, this machine")
     print(f"  agents: {args.agents}, batch {BATCH} lines, window {WINDOW} batches")
@@ -173,6 +197,8 @@ def main() -> None:
     print(f"  pipeline:           {rate:>10,.0f} lines/s  ({seconds:.2f} s)")
     print(f"  raw INSERT (1 conn):  {insert_rate:>10,.0f} rows/s   pipeline = {rate / insert_rate:.0%} of it")
     print(f"  raw COPY (1 conn):   {copy_rate:>10,.0f} rows/s   pipeline = {rate / copy_rate:.0%} of it")
+    print(f"  raw INSERT, commit-order trigger on / off (alternated, medians of 3): {with_trigger:,.0f} / "
+          f"{without_trigger:,.0f} rows/s = {with_trigger / without_trigger:.0%}")
     print(f"  agent → browser latency at 2,000 lines/s: p50 {percentile(samples, 50) * 1000:.0f} ms, "
           f"p99 {percentile(samples, 99) * 1000:.0f} ms ({len(samples):,} lines received)")
 

@@ -141,7 +141,8 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": 50,
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    # drf-spectacular's AutoSchema plus the 400/401/403/404 answers DRF really gives
+    "DEFAULT_SCHEMA_CLASS": "console.api_schema.ConsoleAutoSchema",
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Simple AI Training API",

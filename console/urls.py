@@ -28,3 +28,5 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("admin/", admin.site.urls),
 ]
+
+handler404 = "console.errors.page_not_found"

@@ -13,7 +13,7 @@ from django.db.models import BooleanField, Case, CharField, IntegerField, Value,
 from django.utils import timezone
 
 from .choices import ACTIVE_STATUSES, JobStatus
-from .events import JobReasonEvent, JobStatusEvent, send_job_event
+from .events import DELETED, JobReasonEvent, JobStatusEvent, send_job_event
 from .models import JobAttempt, JobStatusChange, JobTag, ServerType, TrainingJob
 from .notify import schedule_on_commit, sync_nodes_on_commit
 from .states import check_transition
@@ -174,5 +174,5 @@ def remove_job(job: TrainingJob, reason: str = "Deleted by the user") -> None:
     """Delete the row (logs and history go with it) and tell watchers after the commit."""
     job_id, owner_id = job.pk, job.owner_id
     job.delete()
-    event = JobStatusEvent(type="job.status", job_id=job_id, status="Deleted", reason=reason, at=timezone.now().isoformat())
+    event = JobStatusEvent(type="job.status", job_id=job_id, status=DELETED, reason=reason, at=timezone.now().isoformat())
     transaction.on_commit(lambda: send_job_event(job_id, owner_id, event))

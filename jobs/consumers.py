@@ -1,8 +1,9 @@
 """WebSockets for the owner's browser: one job's live events, and the job list's.
 
-Another user's job, or no login, is answered like a missing page: the handshake is
-refused with close code 4404 (4401 without a session). The list's socket joins only its
-own user's group, so it hears only that user's jobs.
+Another user's job, or no login, is answered like a missing page: the socket is accepted and
+closed at once with code 4404 (4401 without a session), which the page reads as "stop
+reconnecting and say why". The list's socket joins only its own user's group, so it hears
+only that user's jobs.
 """
 
 from __future__ import annotations
@@ -10,11 +11,18 @@ from __future__ import annotations
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from .events import job_group, user_group
+from .events import DELETED, job_group, user_group
 from .models import TrainingJob
 
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_NOT_FOUND = 4404
+
+
+async def refuse(consumer: AsyncJsonWebsocketConsumer, code: int) -> None:
+    """Accept, then close with `code`. A close before the accept reaches the browser as an HTTP
+    403 handshake failure (close code 1006), which a page cannot tell from a network error."""
+    await consumer.accept()
+    await consumer.close(code=code)
 
 
 @database_sync_to_async
@@ -48,12 +56,17 @@ class JobConsumer(_JobEventsConsumer):
         user = self.scope.get("user")
         self.job_id = int(self.scope["url_route"]["kwargs"]["job_id"])
         if user is None or not user.is_authenticated:
-            await self.close(code=CLOSE_UNAUTHENTICATED)
+            await refuse(self, CLOSE_UNAUTHENTICATED)
             return
         if not await _owns_job(user, self.job_id):
-            await self.close(code=CLOSE_NOT_FOUND)
+            await refuse(self, CLOSE_NOT_FOUND)
             return
         await self.join(job_group(self.job_id))
+
+    async def job_status(self, event: dict) -> None:
+        await self.send_json(event)
+        if event.get("status") == DELETED:
+            await self.close(code=CLOSE_NOT_FOUND)  # the page says so and stops reconnecting
 
     async def job_metrics(self, event: dict) -> None:
         """New metric samples of this job (monitoring.metrics_ingest.publish) for its charts."""
@@ -66,6 +79,6 @@ class JobListConsumer(_JobEventsConsumer):
     async def connect(self) -> None:
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
-            await self.close(code=CLOSE_UNAUTHENTICATED)
+            await refuse(self, CLOSE_UNAUTHENTICATED)
             return
         await self.join(user_group(user.pk))

@@ -13,6 +13,8 @@ from channels.layers import get_channel_layer
 
 log = logging.getLogger(__name__)
 
+DELETED = "Deleted"  # the status a `job.status` event carries when the job is gone
+
 
 class JobStatusEvent(TypedDict):
     type: Literal["job.status"]

@@ -9,6 +9,7 @@ from django.db import IntegrityError
 from django.db.models import Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from workspaces.pricing import hourly_estimate
@@ -121,6 +122,7 @@ def job_meta(job: TrainingJob) -> dict:
         "id": job.pk, "status": job.status, "ended": job.status in TERMINAL_STATUSES,
         "ended_at": job.updated_at.timestamp() if job.status in TERMINAL_STATUSES else None,
         "terminal_statuses": sorted(TERMINAL_STATUSES),
+        "list_url": reverse("jobs:list"),  # where "This job was deleted" points
     }
 
 

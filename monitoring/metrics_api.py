@@ -16,6 +16,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from console.api_schema import QUERY_ERRORS
 from jobs.models import TrainingJob
 
 from . import catalog
@@ -106,8 +107,10 @@ class JobMetricsView(APIView):
 
     @extend_schema(
         parameters=[
-            OpenApiParameter("metric", str, required=True, description="a metric name, e.g. GPUUtilization, TrainingLoss"),
-            OpenApiParameter("statistic", str, description="Average, Minimum, Maximum, Sum or SampleCount (default: the metric's primary statistic)"),
+            OpenApiParameter("metric", str, required=True, enum=[m.name for m in catalog.JOB_METRICS],
+                             description="a metric name, e.g. GPUUtilization, TrainingLoss"),
+            OpenApiParameter("statistic", str, enum=[s.value for s in catalog.Statistic],
+                             description="Average, Minimum, Maximum, Sum or SampleCount (default: the metric's primary statistic)"),
             OpenApiParameter("period", int, description="seconds per point: 1, 5, 10, 30 or a multiple of 60 (multiple of 300 for ranges over 6 h); default from the range"),
             OpenApiParameter("start", str, description="ISO 8601 or unix seconds (default: end − 1 hour)"),
             OpenApiParameter("end", str, description="ISO 8601 or unix seconds (default: now)"),
@@ -116,7 +119,7 @@ class JobMetricsView(APIView):
             OpenApiParameter("stream", str, description="only this stream (training metrics: master, worker-1, …)"),
             OpenApiParameter("format", str, enum=["json", "csv"], description="or send Accept: text/csv"),
         ],
-        responses={200: dict},
+        responses={200: dict, 400: QUERY_ERRORS},
     )
     def get(self, request: Request, pk: int) -> Response:
         job = get_object_or_404(TrainingJob, pk=pk, owner=request.user)

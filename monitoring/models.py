@@ -19,8 +19,9 @@ class LogLine(models.Model):
             models.UniqueConstraint(fields=["job", "stream", "attempt", "seq"], name="unique_log_line"),
         ]
         indexes = [
-            # the Logs tab and the API page a job's lines by insertion id ("since")
-            models.Index(fields=["job", "id"], name="logline_job_id_idx"),
+            # the logs cursor reads each stream by id, which a trigger makes commit order
+            # (migration 0005, monitoring.log_cursor)
+            models.Index(fields=["job", "stream", "id"], name="logline_job_stream_id_idx"),
         ]
 
     def __str__(self) -> str:

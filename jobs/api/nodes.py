@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from drf_spectacular.utils import extend_schema_field
+from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.permissions import IsAdminUser
@@ -71,6 +71,7 @@ def holder(state: GpuState | None) -> dict:
 
 class FaultRequest(serializers.Serializer):
     kind = serializers.ChoiceField(choices=FAULT_KINDS)
+    # the bounds of the columns the agent's fault report is stored in (HardwareEvent.gpu_index, .xid)
     gpu_index = serializers.IntegerField(min_value=0, max_value=MAX_SMALLINT, required=False, allow_null=True, default=None)
     xid = serializers.IntegerField(min_value=1, max_value=MAX_INT, required=False, allow_null=True, default=None)
     detail = serializers.CharField(required=False, allow_blank=True, default="", max_length=200)
@@ -81,6 +82,15 @@ class FaultRequest(serializers.Serializer):
         return attrs
 
 
+class FaultSent(serializers.Serializer):
+    detail = serializers.CharField()
+    fault = FaultRequest(help_text="the fault as the node's agent received it")
+
+
+class Detail(serializers.Serializer):
+    detail = serializers.CharField()
+
+
 class NodeViewSet(viewsets.ReadOnlyModelViewSet):
     serializer_class = NodeSerializer
     permission_classes = [IsAdminUser]
@@ -89,6 +99,7 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
     def get_serializer_context(self) -> dict:
         return {**super().get_serializer_context(), "ledger": load_ledger()}
 
+    @extend_schema(responses={202: FaultSent, 409: Detail})
     @action(detail=True, methods=["post"], url_path="inject-fault", serializer_class=FaultRequest)
     def inject_fault(self, request, pk=None):
         """Make a simulated GPU of this node fail (XID, ECC, row remap, NVLink, GPU lost, …)."""
@@ -98,8 +109,10 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
         if not node.connected:
             return Response({"detail": f"node {node.name} is not connected"}, status=status.HTTP_409_CONFLICT)
         nodes.inject_fault(node.pk, **fault.validated_data)
-        return Response({"detail": f"fault sent to node {node.name}", **fault.validated_data}, status=status.HTTP_202_ACCEPTED)
+        return Response({"detail": f"fault sent to node {node.name}", "fault": fault.validated_data},
+                        status=status.HTTP_202_ACCEPTED)
 
+    @extend_schema(request=None, responses={200: Detail})
     @action(detail=True, methods=["post"], url_path="reclaim", serializer_class=serializers.Serializer)
     def reclaim(self, request, pk=None):
         """Take the node back from spot jobs: they pause (with their checkpoint) and resume elsewhere later."""

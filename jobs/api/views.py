@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.db import IntegrityError
 from django.db.models import Q
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.authentication import SessionAuthentication, TokenAuthentication
 from rest_framework.response import Response
@@ -64,6 +65,10 @@ class TrainingJobViewSet(viewsets.ModelViewSet):
         response.data = self.get_serializer(job).data
         return response
 
+    @extend_schema(responses={
+        202: OpenApiResponse(TrainingJobSerializer, description="the job holds nodes: it is Terminating and goes once they stopped"),
+        204: OpenApiResponse(description="deleted"),
+    })
     def destroy(self, request, *args, **kwargs):
         job = self.get_object()
         outcome = actions.delete_job(job.pk)

@@ -10,7 +10,7 @@ from jobs.consumers import CLOSE_NOT_FOUND, CLOSE_UNAUTHENTICATED
 from jobs.models import TrainingJob
 
 from .factories import api_payload
-from .ws import job_socket, session_cookie
+from .ws import job_socket, refusal, session_cookie
 
 
 @pytest.fixture
@@ -83,12 +83,9 @@ def test_the_job_websocket_refuses_bob_and_accepts_alice(alice, bob, make_job):
     bob_cookie, alice_cookie = session_cookie(bob), session_cookie(alice)
 
     async def scenario():
-        bobs = job_socket(job.pk, bob_cookie)
-        assert await bobs.connect() == (False, CLOSE_NOT_FOUND)
-        anonymous = job_socket(job.pk, None)
-        assert await anonymous.connect() == (False, CLOSE_UNAUTHENTICATED)
-        missing = job_socket(job.pk + 1000, alice_cookie)
-        assert await missing.connect() == (False, CLOSE_NOT_FOUND)
+        assert await refusal(job_socket(job.pk, bob_cookie)) == CLOSE_NOT_FOUND
+        assert await refusal(job_socket(job.pk, None)) == CLOSE_UNAUTHENTICATED
+        assert await refusal(job_socket(job.pk + 1000, alice_cookie)) == CLOSE_NOT_FOUND
         alices = job_socket(job.pk, alice_cookie)
         connected, _ = await alices.connect()
         assert connected

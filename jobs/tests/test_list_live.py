@@ -7,24 +7,19 @@ import pytest
 from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
-from django.conf import settings
 from django.urls import reverse
 
-from console.asgi import application
 from jobs import actions
 from jobs.choices import JobStatus
 
 from .factories import job_fields
-from .ws import session_cookie
+from .ws import browser_socket, refusal, session_cookie
 
 pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)
 
 
 def list_socket(cookie: str | None) -> WebsocketCommunicator:
-    headers = [(b"origin", b"http://testserver"), (b"host", b"testserver")]
-    if cookie:
-        headers.append((b"cookie", f"{settings.SESSION_COOKIE_NAME}={cookie}".encode()))
-    return WebsocketCommunicator(application, "/ws/jobs/", headers=headers)
+    return browser_socket("/ws/jobs/", cookie)
 
 
 def test_the_list_hears_its_users_jobs_come_change_and_go(alice, bob):
@@ -70,12 +65,7 @@ def test_a_removed_job_is_announced_as_deleted(alice, make_job):
 
 
 def test_without_a_session_the_list_socket_is_refused():
-    async def scenario():
-        socket = list_socket(None)
-        connected, code = await socket.connect()
-        return connected, code
-
-    assert async_to_sync(scenario)() == (False, 4401)
+    assert async_to_sync(refusal)(list_socket(None)) == 4401
 
 
 def test_the_rows_are_the_filtered_page_with_status_and_reason(alice_client, bob, make_job):

@@ -29,14 +29,19 @@
   document.getElementById("delete-job").addEventListener("click", () => dialog.showModal());
   document.getElementById("cancel-delete").addEventListener("click", () => dialog.close());
 
-  // Live status: reconnect with backoff; the page stays correct on reload without it.
-  let delay = 1000;
-  function connect() {
-    const scheme = location.protocol === "https:" ? "wss" : "ws";
-    const socket = new WebSocket(`${scheme}://${location.host}/ws/jobs/${meta.id}/`);
-    socket.addEventListener("open", () => { delay = 1000; });
-    socket.addEventListener("message", (e) => {
-      const event = JSON.parse(e.data);
+  // Live status (static/js/live_socket.js reconnects); the page stays correct on reload without it.
+  function jobGone() {
+    const badge = document.getElementById("job-status");
+    badge.textContent = "Deleted";
+    badge.dataset.status = "Deleted";
+    document.getElementById("job-status-reason").textContent = "";
+    document.getElementById("delete-job").disabled = true;
+    LiveSocket.notice("job-gone", "This job was deleted.", { href: meta.list_url, text: "Back to Training Jobs" });
+    document.dispatchEvent(new CustomEvent("job-gone"));
+  }
+
+  LiveSocket.open(`/ws/jobs/${meta.id}/`, {
+    message(event) {
       document.dispatchEvent(new CustomEvent("job-event", { detail: event }));
       if (event.type === "job.reason") {
         document.getElementById("job-status-reason").textContent = event.reason;
@@ -52,12 +57,7 @@
       [new Date(event.at).toISOString().replace("T", " ").slice(0, 19), old ? old.textContent : "—", event.status, event.reason]
         .forEach((text) => { const td = document.createElement("td"); td.textContent = text; row.appendChild(td); });
       document.querySelector("#history tbody").appendChild(row);
-    });
-    socket.addEventListener("close", (e) => {
-      if (e.code === 4404 || e.code === 4401) return;
-      setTimeout(connect, delay);
-      delay = Math.min(delay * 2, 30000);
-    });
-  }
-  connect();
+    },
+    refused(code) { if (code === LiveSocket.NOT_FOUND) jobGone(); },
+  });
 })();

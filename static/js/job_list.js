@@ -49,27 +49,19 @@
     row.querySelector(".status-reason").textContent = event.reason;
   }
 
-  let delay = 1000;
   let dropped = false;
-  function connect() {
-    const scheme = location.protocol === "https:" ? "wss" : "ws";
-    const socket = new WebSocket(`${scheme}://${location.host}/ws/jobs/`);
-    socket.addEventListener("open", () => {
-      delay = 1000;
+  LiveSocket.open("/ws/jobs/", {
+    open() {
       state.textContent = "Live";
       if (dropped) reloadRows(); // changes made while the socket was down
-    });
-    socket.addEventListener("message", (e) => {
-      const event = JSON.parse(e.data);
+    },
+    message(event) {
       if (event.type === "job.status" || event.type === "job.reason") apply(event);
-    });
-    socket.addEventListener("close", (e) => {
-      if (e.code === 4401) { state.textContent = "Not live: log in again"; return; }
+    },
+    retry() {
       dropped = true;
       state.textContent = "Reconnecting…";
-      setTimeout(connect, delay);
-      delay = Math.min(delay * 2, 30000);
-    });
-  }
-  connect();
+    },
+    refused() { state.textContent = "Not live: log in again"; },
+  });
 })();

@@ -1,4 +1,6 @@
 // Logs tab: backlog then live lines over /ws/jobs/<id>/logs/; stream picker, filter, follow, download.
+// Every message carries the cursor after its lines; a reconnect hands it back (?after=) and
+// gets exactly the lines stored meanwhile, so a dropped connection loses or repeats nothing.
 (function () {
   const meta = JSON.parse(document.getElementById("job-meta").textContent);
   const view = document.getElementById("log-view");
@@ -13,7 +15,7 @@
   const connectedText = () => (ended ? `Job ${ended}: every stored line is shown; no new lines will arrive` : "Live");
   const seen = new Set();
   const lines = []; // {key, stream, ts, text}
-  let delay = 1000;
+  let cursor = "";
 
   function addStream(name) {
     if (Array.from(picker.options).some((o) => o.value === name)) return;
@@ -36,9 +38,9 @@
     return row;
   }
 
-  function add(stream, attempt, seq, ts, text) {
+  function add({ stream, attempt, seq, ts, text }) {
     const key = `${stream}/${attempt}/${seq}`;
-    if (seen.has(key)) return null;
+    if (seen.has(key)) return null; // a safety net: the cursor already sends each line once
     seen.add(key);
     addStream(stream);
     const line = { key, stream, ts, text };
@@ -67,33 +69,42 @@
   filter.addEventListener("input", redraw);
   follow.addEventListener("change", () => { if (follow.checked) view.scrollTop = view.scrollHeight; });
 
-  function connect() {
-    const scheme = location.protocol === "https:" ? "wss" : "ws";
-    const socket = new WebSocket(`${scheme}://${location.host}/ws/jobs/${meta.id}/logs/`);
-    socket.addEventListener("open", () => { delay = 1000; state.textContent = connectedText(); });
-    socket.addEventListener("message", (e) => {
-      const event = JSON.parse(e.data);
-      if (event.type === "log.backlog") {
-        event.streams.forEach(addStream);
-        event.lines.forEach((l) => add(l.stream, l.attempt, l.seq, l.ts, l.text));
-        lines.sort((a, b) => a.ts - b.ts);
-        redraw();
-      } else if (event.type === "log.lines") {
-        append(event.lines.map(([seq, ts, text]) => add(event.stream, event.attempt, seq, ts, text)));
-      }
-    });
-    socket.addEventListener("close", (e) => {
-      if (e.code === 4404 || e.code === 4401) { state.textContent = "Not available"; return; }
-      state.textContent = "Reconnecting…";
-      setTimeout(connect, delay);
-      delay = Math.min(delay * 2, 30000);
-    });
+  function receive(event) {
+    if (event.type === "log.backlog") {
+      // the first connect, or a reconnect too far behind to catch up line by line
+      if (cursor) state.textContent = "Reconnected: lines of the gap are in Download";
+      event.streams.forEach(addStream);
+      event.lines.forEach(add);
+      lines.sort((a, b) => a.ts - b.ts);
+      redraw();
+    } else if (event.type === "log.append") {
+      event.streams?.forEach(addStream);
+      append(event.lines.map(add));
+    } else {
+      return;
+    }
+    cursor = event.cursor;
   }
+
+  const socket = LiveSocket.open(
+    () => `/ws/jobs/${meta.id}/logs/${cursor ? `?after=${encodeURIComponent(cursor)}` : ""}`,
+    {
+      open() { state.textContent = connectedText(); },
+      message: receive,
+      retry() { state.textContent = "Reconnecting…"; },
+      refused(code) {
+        state.textContent = code === LiveSocket.NOT_FOUND ? "Not live: this job was deleted" : "Not live: log in again";
+      },
+    },
+  );
+  document.addEventListener("job-gone", () => {
+    socket.stop();
+    state.textContent = "Not live: this job was deleted";
+  });
   document.addEventListener("job-event", (e) => {
     const event = e.detail;
     if (event.type !== "job.status" || !meta.terminal_statuses.includes(event.status)) return;
     ended = event.status;
     if (state.textContent === "Live") state.textContent = connectedText();
   });
-  connect();
 })();

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from django.db import IntegrityError
 from django.db.models import Prefetch
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers, status, viewsets
 from rest_framework.response import Response
 
@@ -51,6 +52,10 @@ class WorkspaceViewSet(viewsets.ModelViewSet):
                 raise serializers.ValidationError({NON_FIELD: [str(refused)]})
         return Response(self.get_serializer(self.get_queryset().get(pk=workspace.pk)).data)
 
+    @extend_schema(responses={
+        202: OpenApiResponse(WorkspaceSerializer, description="nodes are still busy: the workspace is Terminating"),
+        204: OpenApiResponse(description="cancelled"),
+    })
     def destroy(self, request, *args, **kwargs):
         workspace = self.get_object()
         if actions.cancel_workspace(workspace.pk) == "terminating":

@@ -59,3 +59,50 @@ def test_the_logs_tab_shows_new_lines_without_reloading(alice, stack, start_node
         assert errors == []
         browser.close()
     actions.delete_job(job.pk)
+
+
+
+def test_the_logs_tab_misses_and_repeats_no_line_across_a_dropped_connection(alice, stack, start_nodes, tmp_path):
+    """The page's Logs socket drops and cannot come back for 5 s while the job prints ~2,000
+    lines (more than the 1,000-line backlog); it reconnects with its cursor and shows each
+    line exactly once."""
+    start_nodes("node-a")
+    go = tmp_path / "go"  # the command starts printing once the page is watching (same machine)
+    command = (f"while [ ! -e {go} ]; do sleep 0.1; done; "
+               "python -c 'import time\nfor i in range(4000):\n    print(f\"tick {i}\", flush=True)\n"
+               "    if i % 40 == 39: time.sleep(0.1)'")
+    job = create_job(alice, "logs-across-a-drop", command)
+    wait_for_status(job.pk, "Running", timeout=60)
+    link = {"blocked": False, "open": None, "connects": 0}
+
+    def route(socket):  # the page's Logs socket, through a switch the test can open
+        if link["blocked"]:
+            socket.close(code=4000, reason="network down")
+            return
+        socket.connect_to_server()
+        link["open"], link["connects"] = socket, link["connects"] + 1
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        context = browser.new_context(viewport={"width": 1280, "height": 900})
+        context.add_cookies([session_cookie(alice, stack.url)])
+        page = context.new_page()
+        page.route_web_socket(re.compile(r"/ws/jobs/\d+/logs/"), route)
+        page.goto(f"{stack.url}/jobs/{job.pk}/?tab=logs")
+        expect(page.locator("#log-state")).to_have_text("Live")
+        go.touch()
+        expect(page.locator("#log-view")).to_contain_text("tick 100", timeout=20_000)
+        link["blocked"] = True
+        link["open"].close(code=4000, reason="network down")
+        expect(page.locator("#log-state")).to_have_text("Reconnecting…")
+        page.wait_for_timeout(5000)  # the job goes on printing; the agent stores every line
+        link["blocked"] = False
+        wait_for_status(job.pk, "Completed", timeout=90)
+        expect(page.locator("#log-view")).to_contain_text("tick 3999", timeout=30_000)
+        shown = page.evaluate("Array.from(document.querySelectorAll('#log-view .log-line'), r => r.textContent)")
+        browser.close()
+    ticks = [int(m.group(1)) for text in shown if (m := re.search(r"\] tick (\d+)$", text))]
+    assert link["connects"] == 2
+    assert len(ticks) == len(set(ticks)), "a line is shown twice"
+    assert sorted(ticks) == list(range(4000)), f"{4000 - len(set(ticks))} lines are missing"
+    actions.delete_job(job.pk)

@@ -1,0 +1,117 @@
+"""Refused browser WebSockets, through real daphne and a real browser: the socket is accepted and
+closed with 4401 (no session) or 4404 (no such job of yours), and the pages stop reconnecting
+and say why ("This job was deleted", "Your session ended: log in again").
+
+A refusal before the handshake would reach the browser as HTTP 403 / close code 1006, which a
+page cannot tell from a network error: it would reconnect forever.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+from django.conf import settings
+from django.contrib.sessions.models import Session
+from django.db import connection
+from playwright.sync_api import expect, sync_playwright
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import connect
+
+from jobs import actions
+
+from .helpers import create_job
+from .test_logs_live import CHROMIUM_ARGS, session_cookie
+
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # Playwright's sync API runs an event loop
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
+
+
+def delete_outside_the_event_loop(job_id: int) -> None:
+    """Delete as the console would: its live event is sent with async_to_sync, which cannot run
+    in the thread where Playwright's sync API keeps an event loop."""
+    def delete() -> None:
+        try:
+            actions.delete_job(job_id)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=delete)
+    thread.start()
+    thread.join(30)
+
+
+def close_code(stack, path: str, cookie: dict | None) -> int:
+    """Open a browser WebSocket on real daphne and return the code it is closed with."""
+    headers = {"Origin": stack.url}
+    if cookie:
+        headers["Cookie"] = f"{cookie['name']}={cookie['value']}"
+    with connect(stack.url.replace("http", "ws") + path, additional_headers=headers) as socket:
+        with pytest.raises(ConnectionClosed):  # accepted (no HTTP 403), then closed at once
+            socket.recv(timeout=5)
+        return socket.close_code
+
+
+@pytest.mark.parametrize("path", ["/ws/jobs/{id}/", "/ws/jobs/{id}/logs/", "/ws/jobs/"])
+def test_daphne_refuses_a_socket_without_a_session_with_4401(alice, stack, path):
+    job = create_job(alice, "no-session", "true")
+    assert close_code(stack, path.format(id=job.pk), None) == 4401
+
+
+@pytest.mark.parametrize("path", ["/ws/jobs/{id}/", "/ws/jobs/{id}/logs/"])
+def test_daphne_refuses_someone_elses_or_a_deleted_job_with_4404(alice, bob, stack, path):
+    job = create_job(alice, "alices", "true")
+    assert close_code(stack, path.format(id=job.pk), session_cookie(bob, stack.url)) == 4404
+    actions.delete_job(job.pk)
+    assert close_code(stack, path.format(id=job.pk), session_cookie(alice, stack.url)) == 4404
+
+
+@pytest.mark.browser
+def test_pages_say_why_they_stopped_and_stop_reconnecting(alice, stack):
+    deleted_live = create_job(alice, "deleted-while-watched", "true")
+    deleted_away = create_job(alice, "deleted-while-away", "true")
+    kept = create_job(alice, "kept", "true")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        context = browser.new_context(viewport={"width": 1280, "height": 800})
+        context.add_cookies([session_cookie(alice, stack.url)])
+        opened: list[str] = []
+        context.on("page", lambda page: page.on("websocket", lambda ws: opened.append(ws.url)))
+        pages = {}
+        for name, path in [("live", f"/jobs/{deleted_live.pk}/?tab=logs"), ("away", f"/jobs/{deleted_away.pk}/?tab=logs"),
+                           ("kept", f"/jobs/{kept.pk}/"), ("list", "/jobs/")]:
+            pages[name] = context.new_page()
+            pages[name].goto(stack.url + path)
+        expect(pages["live"].locator("#log-state")).to_have_text("Live")
+        expect(pages["list"].locator("#list-state")).to_have_text("Live")
+
+        # 1. deleted while the page is open: the page hears it and says so
+        delete_outside_the_event_loop(deleted_live.pk)
+        expect(pages["live"].locator("#job-gone")).to_contain_text("This job was deleted.")
+        expect(pages["live"].locator("#log-state")).to_have_text("Not live: this job was deleted")
+
+        # 2. deleted while the console was away: the reconnect is refused with 4404
+        stack.stop_console()
+        delete_outside_the_event_loop(deleted_away.pk)
+        stack.start_console()
+        expect(pages["away"].locator("#job-gone")).to_contain_text("This job was deleted.", timeout=20_000)
+        expect(pages["away"].locator("#job-status")).to_have_text("Deleted")
+        pages["away"].screenshot(path=str(settings.BASE_DIR / "docs" / "screenshots" / "job-deleted.png"))
+
+        # 3. the session ended while the console was away: 4401 on every page still live
+        stack.stop_console()
+        Session.objects.all().delete()
+        stack.start_console()
+        for name in ("kept", "list"):
+            expect(pages[name].locator("#session-ended")).to_contain_text(
+                "Your session ended: log in again", timeout=20_000)
+        expect(pages["list"].locator("#list-state")).to_have_text("Not live: log in again")
+        expect(pages["kept"].locator("#session-ended a")).to_have_attribute("href", f"/login/?next=%2Fjobs%2F{kept.pk}%2F")
+        pages["kept"].screenshot(path=str(settings.BASE_DIR / "docs" / "screenshots" / "session-ended.png"))
+
+        # none of them tries again (a page that did would show up here within its 1-4 s backoff)
+        attempts = len(opened)
+        pages["kept"].wait_for_timeout(6000)
+        assert len(opened) == attempts, opened[attempts:]
+        browser.close()
