@@ -36,7 +36,12 @@ class HeartbeatBook:
         self.superseded[(node_id, session)] = on_superseded
 
     def forget(self, node_id: int, session: int) -> None:
+        """The connection of this session closed: its beats not yet written must not be either
+        (written after the disconnect, they would make the node look alive again)."""
         self.superseded.pop((node_id, session), None)
+        beat = self.pending.get(node_id)
+        if beat is not None and beat.session == session:
+            del self.pending[node_id]
 
     def beat(self, node_id: int, session: int, sent_at: float) -> None:
         self.pending[node_id] = nodes.Beat(node_id, session, datetime.fromtimestamp(sent_at, tz=UTC))

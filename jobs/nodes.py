@@ -111,10 +111,11 @@ def record_heartbeats(beats: list[Beat], now: datetime | None = None) -> set[int
     return {b.node_id for b in beats} - current
 
 
-# GREATEST skips NULL: the first beat after an upgrade sets last_sent_at
+# GREATEST skips NULL: the first beat after an upgrade sets last_sent_at. `connected` is the
+# connection's (hello sets it, the disconnect clears it): a beat written late must not revive it
 _HEARTBEATS_SQL = f"""
     UPDATE {Node._meta.db_table} AS n
-    SET last_heartbeat_at = %s, last_sent_at = GREATEST(b.sent_at, n.last_sent_at), connected = TRUE, lost = FALSE
+    SET last_heartbeat_at = %s, last_sent_at = GREATEST(b.sent_at, n.last_sent_at), lost = FALSE
     FROM unnest(%s::bigint[], %s::bigint[], %s::timestamptz[]) AS b(node_id, session, sent_at)
     WHERE n.id = b.node_id AND n.session = b.session
     RETURNING n.id

@@ -22,6 +22,7 @@ alice_client, staff_client = personas.alice_client, personas.staff_client
 fast_password_hashing = personas.fast_password_hashing
 stack, e2e_settings, upload_script = e2e.stack, e2e.e2e_settings, e2e.upload_script
 object_storage_settings = personas.object_storage_settings
+env_cache = e2e.env_cache
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
