@@ -39,6 +39,7 @@ import tempfile
 import time
 import urllib.request
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psutil
@@ -316,12 +317,14 @@ def mint_tokens(console: Console, names: list[str]) -> dict[str, str]:
     return json.loads(console.manage(code).strip().splitlines()[-1])
 
 
-def create_jobs(url: str, tokens: list[str], count: int, seconds: float, rng: random.Random) -> tuple[list[float], float]:
-    """Create `count` jobs through the API; returns the API latencies and the GPUs they ask for."""
-    latencies, gpus = [], 0.0
-    for i in range(count):
-        per_node, nodes = rng.choice([1, 2, 4, 8]), rng.choice([1, 1, 2])
-        gpus += per_node * nodes
+def create_jobs(url: str, tokens: list[str], count: int, seconds: float, rng: random.Random,
+                clients: int = 4) -> tuple[list[float], float]:
+    """Create `count` jobs through the API from `clients` threads (each its own user); returns
+    the API latencies and the mean GPUs a job asks for."""
+    shapes = [(rng.choice([1, 2, 4, 8]), rng.choice([1, 1, 2])) for _ in range(count)]
+
+    def one(i: int) -> float:
+        per_node, nodes = shapes[i]
         body = json.dumps({
             "name": f"fleet-{i}", "learning_type": "on_demand", "framework": "pytorch", "framework_version": "2.13.0",
             "server_type": "g2", "gpus_per_node": per_node, "memory_gb": 256 * per_node, "node_count": nodes,
@@ -333,8 +336,11 @@ def create_jobs(url: str, tokens: list[str], count: int, seconds: float, rng: ra
         began = time.monotonic()
         with urllib.request.urlopen(request, timeout=60) as response:
             response.read()
-        latencies.append(time.monotonic() - began)
-    return latencies, gpus / max(count, 1)
+        return time.monotonic() - began
+
+    with ThreadPoolExecutor(clients) as pool:
+        latencies = list(pool.map(one, range(count)))
+    return latencies, sum(p * n for p, n in shapes) / max(count, 1)
 
 
 async def run(args) -> None:
@@ -345,7 +351,7 @@ async def run(args) -> None:
     work = console.tmp / "agents"
     names = [f"fleet-{i:04d}" for i in range(args.nodes)]
     tokens = mint_tokens(console, names)
-    users = make_users(console, 4)
+    users = make_users(console, max(4, args.clients))
     urls = [f"ws://127.0.0.1:{port}{protocol.AGENT_PATH}" for port in console.ports]
     agents = [SimAgent(name, tokens[name], urls[i % len(urls)], work) for i, name in enumerate(names)]
     gpus = 8 * args.nodes
@@ -384,7 +390,8 @@ async def run(args) -> None:
     runs_before = len(scheduler_runs(console.worker_log()))
     job_t0 = time.monotonic()
     rng = random.Random(7)
-    creator = loop.run_in_executor(None, create_jobs, f"http://127.0.0.1:{console.ports[0]}", users, args.jobs, args.job_seconds, rng)
+    creator = loop.run_in_executor(None, create_jobs, f"http://127.0.0.1:{console.ports[0]}", users, args.jobs,
+                                   args.job_seconds, rng, args.clients)
     killed: dict[str, float] = {}
     declared: dict[str, float] = {}
 
@@ -471,6 +478,7 @@ def main() -> None:
     parser.add_argument("--idle-seconds", type=float, default=60)
     parser.add_argument("--kill", type=int, default=10, help="agents killed half-way through the jobs")
     parser.add_argument("--daphnes", type=int, default=1, help="daphne processes (agents are spread over them)")
+    parser.add_argument("--clients", type=int, default=4, help="threads creating jobs through the API")
     parser.add_argument("--console-tree", default="", help="run the console from this checkout instead")
     parser.add_argument("--profile", default="", help="a directory: py-spy samples daphne and the worker during the jobs")
     parser.add_argument("--profile-seconds", type=float, default=60)

@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from django.db import transaction
-from django.db.models import BooleanField, Case, CharField, IntegerField, Value, When
 from django.utils import timezone
 
+from . import bulk
 from .choices import ACTIVE_STATUSES, JobStatus
 from .events import DELETED, JobReasonEvent, JobStatusEvent, send_job_event
 from .models import JobAttempt, JobStatusChange, JobTag, ServerType, TrainingJob
@@ -75,11 +75,11 @@ def start_attempts(jobs: Sequence[TrainingJob], reasons: Mapping[int, str]) -> N
         return
     for job in jobs:
         check_transition(job.status, JobStatus.CREATING)
-    TrainingJob.objects.filter(pk__in=[job.pk for job in jobs]).update(
-        status=JobStatus.CREATING,
-        status_reason=Case(*[When(pk=job.pk, then=Value(reasons[job.pk][:500])) for job in jobs], output_field=CharField()),
-        current_attempt=Case(*[When(pk=job.pk, then=Value(job.current_attempt)) for job in jobs], output_field=IntegerField()),
-        updated_at=timezone.now(),
+    bulk.update_each(
+        TrainingJob, [job.pk for job in jobs],
+        {"status_reason": ("text", [reasons[job.pk][:500] for job in jobs]),
+         "current_attempt": ("integer", [job.current_attempt for job in jobs])},
+        same={"status": JobStatus.CREATING, "updated_at": timezone.now()},
     )
     JobStatusChange.objects.bulk_create([
         JobStatusChange(job=job, old_status=job.status, new_status=JobStatus.CREATING, reason=reasons[job.pk][:500])
@@ -94,9 +94,11 @@ def note_warm_starts(notes: Mapping[int, tuple[bool, str]]) -> None:
     """How jobs first started (warm or not, and why), for their pages: set once per job."""
     if not notes:
         return
-    TrainingJob.objects.filter(pk__in=list(notes), started_warm__isnull=True).update(
-        started_warm=Case(*[When(pk=pk, then=Value(warm)) for pk, (warm, _) in notes.items()], output_field=BooleanField()),
-        warm_note=Case(*[When(pk=pk, then=Value(note[:300])) for pk, (_, note) in notes.items()], output_field=CharField()),
+    bulk.update_each(
+        TrainingJob, list(notes),
+        {"started_warm": ("boolean", [warm for warm, _ in notes.values()]),
+         "warm_note": ("text", [note[:300] for _, note in notes.values()])},
+        where="t.started_warm IS NULL",
     )
 
 
@@ -121,9 +123,9 @@ def set_waiting_reasons(jobs: Mapping[TrainingJob, str]) -> int:
     reasons = {job.pk: text[:500] for job, text in jobs.items() if job.status_reason != text[:500]}
     if not reasons:
         return 0
-    changed = TrainingJob.objects.filter(pk__in=list(reasons), status__in=REASON_REWRITABLE).update(
-        status_reason=Case(*[When(pk=pk, then=Value(text)) for pk, text in reasons.items()], output_field=CharField()),
-        updated_at=timezone.now(),
+    changed = bulk.update_each(
+        TrainingJob, list(reasons), {"status_reason": ("text", list(reasons.values()))},
+        same={"updated_at": timezone.now()}, where="t.status = ANY(%s)", where_params=[list(REASON_REWRITABLE)],
     )
     at = timezone.now().isoformat()
     events = [

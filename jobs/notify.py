@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 from collections.abc import Iterable
@@ -22,13 +23,19 @@ def node_group(node_id: int) -> str:
 
 def _send(node_ids: set[int]) -> None:
     layer = get_channel_layer()
-    if layer is None:
+    if layer is None or not node_ids:
         return
-    for node_id in node_ids:
-        try:
-            async_to_sync(layer.group_send)(node_group(node_id), {"type": "node.sync"})
-        except Exception:  # Redis down: the agent's periodic resync heals it
-            log.warning("could not notify node %s", node_id, exc_info=True)
+
+    async def send_all() -> None:
+        # one event loop for every node (not one round trip each): a run may start hundreds
+        results = await asyncio.gather(
+            *(layer.group_send(node_group(node_id), {"type": "node.sync"}) for node_id in node_ids),
+            return_exceptions=True,
+        )
+        if any(isinstance(result, Exception) for result in results):  # Redis down: the agents' resync heals it
+            log.warning("could not notify %d of %d nodes", sum(isinstance(r, Exception) for r in results), len(node_ids))
+
+    async_to_sync(send_all)()
 
 
 def sync_nodes_on_commit(node_ids: Iterable[int | None]) -> None:

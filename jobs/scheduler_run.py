@@ -13,10 +13,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.db import transaction
-from django.db.models import Case, CharField, Value, When
 from django.utils import timezone
 
-from . import actions, failover, lifecycle, policy
+from . import actions, bulk, failover, lifecycle, policy
 from .capacity import Ledger
 from .capacity_load import load_ledger, stop_grace
 from .choices import JobStatus, LearningType
@@ -98,11 +97,10 @@ def _release_warm(jobs: dict[int, TrainingJob], started: Mapping[int, Sequence[A
             for hold in assignment.takes_warm:
                 taker = f"your job {job.name}" if hold.owner_id == job.owner_id else "another user's job"
                 released[hold.placement_id] = f"{taker} on {assignment.node_name}"[:200]
-    if released:
-        Placement.objects.filter(pk__in=list(released), warm_released_at__isnull=True).update(
-            warm_released_at=now,
-            warm_released_for=Case(*[When(pk=pk, then=Value(text)) for pk, text in released.items()], output_field=CharField()),
-        )
+    bulk.update_each(
+        Placement, list(released), {"warm_released_for": ("text", list(released.values()))},
+        same={"warm_released_at": now}, where="t.warm_released_at IS NULL",
+    )
 
 
 def run(now: datetime | None = None) -> RunSummary:

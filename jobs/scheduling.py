@@ -19,8 +19,9 @@ shared cluster (quotas, workspaces) come in as an `Admission` and as fields of t
 
 from __future__ import annotations
 
+import bisect
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -96,13 +97,60 @@ class _Run:
         self.taken: dict[int, dict[int, tuple[int, bool]]] = {}
         self.preempted: set[int] = set()  # spot jobs asked to stop in this run
         self.changes: list[int] = []  # one entry per placement or claim made in this run
+        self._typed: dict[str, list[NodeLedger]] = {}
+        # node → (free, warm, stopping, running spot) GPU indices, as the ledger read them
+        self._sets: dict[int, tuple[frozenset[int], frozenset[int], frozenset[int], frozenset[int]]] = {}
+        for node in ledger.nodes.values():
+            self._typed.setdefault(node.node.server_type, []).append(node)
+            spot = frozenset(
+                i for i, st in node.gpus.items() if st.use is GpuUse.JOB and isinstance(st.hold, JobHold) and st.hold.spot
+            )
+            self._sets[node.node.node_id] = (
+                node.indices(GpuUse.FREE), node.indices(GpuUse.WARM), node.indices(GpuUse.STOPPING), spot,
+            )
+        # server type → free-GPU count → (name, node id) of the nodes with that many free GPUs,
+        # sorted (kept up to date by take)
+        self._free = {node_id: len(sets[0]) for node_id, sets in self._sets.items()}
+        self._by_free: dict[str, list[list[tuple[str, int]]]] = {}
+        most = max((len(n.gpus) for n in ledger.nodes.values()), default=0)
+        for node_id, free in sorted(self._free.items(), key=lambda item: ledger.nodes[item[0]].node.name):
+            buckets = self._by_free.setdefault(ledger.nodes[node_id].node.server_type, [[] for _ in range(most + 1)])
+            buckets[free].append((ledger.nodes[node_id].node.name, node_id))
 
     def take(self, node_id: int, gpus: Iterable[int], owner_id: int, claimed: bool) -> None:
         self.taken.setdefault(node_id, {}).update({index: (owner_id, claimed) for index in gpus})
         self.changes.append(node_id)
+        node = self.ledger.nodes[node_id]
+        buckets = self._by_free[node.node.server_type]
+        before = self._free[node_id]
+        self._free[node_id] = len(self._sets[node_id][0] - self.taken[node_id].keys())
+        entry = (node.node.name, node_id)
+        del buckets[before][bisect.bisect_left(buckets[before], entry)]
+        bisect.insort(buckets[self._free[node_id]], entry)
+
+    def fullest_with(self, server_type: str, at_least: int) -> Iterator[NodeLedger]:
+        """Nodes of a type with at least this many free GPUs, the fullest first (best fit; by
+        name within a count): the common placement looks at a handful of nodes, not at all."""
+        buckets = self._by_free.get(server_type, [])
+        for count in range(at_least, len(buckets)):
+            for _, node_id in buckets[count]:
+                yield self.ledger.nodes[node_id]
 
     def eligible_pools(self, request: JobRequest) -> list[_Pools]:
-        return [self.pools(node, request) for node in self.ledger.nodes.values() if _eligible(node, request)]
+        """What each node this request may use offers it. Nodes that could not give it enough
+        GPUs even by preemption are left out: a quick count over sets first, the pools only for
+        the few that might do."""
+        need = request.gpus_per_node
+        wanted = []
+        for node in self._typed.get(request.server_type, []):
+            if not _eligible(node, request):
+                continue
+            free, warm, releasing, spot = self._sets[node.node.node_id]
+            taken = self.taken.get(node.node.node_id, {}).keys()
+            usable = free | warm | releasing if request.spot else free | warm | releasing | spot
+            if len(usable - taken) >= need:
+                wanted.append(self.pools(node, request))
+        return wanted
 
     def pools(self, node: NodeLedger, request: JobRequest) -> _Pools:
         taken = self.taken.get(node.node.node_id, {})
@@ -140,15 +188,41 @@ def _eligible(node: NodeLedger, request: JobRequest) -> bool:
     return reservation is not None and reservation.workspace_id == request.workspace_id and not reservation.draining
 
 
-def _pick(pools: _Pools, count: int) -> tuple[tuple[int, ...], tuple[WarmHold, ...]]:
-    """The GPUs of one node for one placement: own warm, then free, then others' warm."""
-    chosen = (pools.own_warm + pools.free + pools.other_warm)[:count]
+def _pick(pools: _Pools, count: int, warm_for_it: bool) -> tuple[tuple[int, ...], tuple[WarmHold, ...]]:
+    """The GPUs of one node for one placement: on a node warm for the job's environment its
+    owner's warm GPUs first; otherwise free GPUs first (a warm hold is kept for a job that can
+    use it); others' warm GPUs last."""
+    first = pools.own_warm + pools.free if warm_for_it else pools.free + pools.own_warm
+    chosen = (first + pools.other_warm)[:count]
     holds = {}
     for index in chosen:
         state = pools.node.gpus[index]
         if state.use is GpuUse.WARM and isinstance(state.hold, WarmHold):
             holds[state.hold.placement_id] = state.hold
     return tuple(sorted(chosen)), tuple(holds.values())
+
+
+def _place_on_free(run: _Run, request: JobRequest) -> list[Assignment] | None:
+    """The common case without looking at every node: enough nodes with enough free GPUs (no
+    warm hold to release). Nodes warm for the job's environment first, then the fullest that
+    fit. None when there are not enough: the full look (_place, _claim) decides."""
+    need = request.gpus_per_node
+    chosen: list[NodeLedger] = []
+    warm = [run.ledger.nodes[n] for n in sorted(request.warm_nodes) if n in run.ledger.nodes]
+    for node in [*warm, *run.fullest_with(request.server_type, need)]:
+        if node in chosen or run._free[node.node.node_id] < need or not _eligible(node, request):
+            continue
+        chosen.append(node)
+        if len(chosen) == request.node_count:
+            break
+    else:
+        return None
+    assignments = []
+    for node in chosen:
+        gpus, holds = _pick(run.pools(node, request), need, node.node.node_id in request.warm_nodes)
+        run.take(node.node.node_id, gpus, request.owner_id, claimed=False)
+        assignments.append(Assignment(node.node.node_id, node.node.name, gpus, holds))
+    return assignments
 
 
 def _place(run: _Run, request: JobRequest, pools: list[_Pools]) -> list[Assignment] | None:
@@ -164,7 +238,7 @@ def _place(run: _Run, request: JobRequest, pools: list[_Pools]) -> list[Assignme
 
     assignments = []
     for p in sorted(fitting, key=cost)[: request.node_count]:
-        gpus, holds = _pick(p, need)
+        gpus, holds = _pick(p, need, p.node.node.node_id in request.warm_nodes)
         run.take(p.node.node.node_id, gpus, request.owner_id, claimed=False)
         assignments.append(Assignment(p.node.node.node_id, p.node.node.name, gpus, holds))
     return assignments
@@ -230,18 +304,20 @@ def schedule(requests: Iterable[JobRequest], ledger: Ledger, admission: Admissio
         if shape in hopeless:
             seen = (shape, len(run.changes))
             if seen not in blockers:
-                blockers[seen] = _blockers(request, ledger, run.eligible_pools(request), run)
+                blockers[seen] = _blockers(request, run)
             decision.waiting[request.job_id] = _describe(request, blockers[seen])
             continue
-        pools = run.eligible_pools(request)
-        assignments = _place(run, request, pools)
+        assignments = _place_on_free(run, request)
+        if assignments is None:
+            pools = run.eligible_pools(request)
+            assignments = _place(run, request, pools)
         if assignments is not None:
             decision.placed[request.job_id] = assignments
         elif (claimed := _claim(run, request, pools, decision)) is not None:
             decision.waiting[request.job_id] = claimed
         else:
             hopeless.add(shape)
-            blockers[(shape, len(run.changes))] = found = _blockers(request, ledger, pools, run)
+            blockers[(shape, len(run.changes))] = found = _blockers(request, run)
             decision.waiting[request.job_id] = _describe(request, found)
             continue
         if admission is not None:
@@ -264,16 +340,30 @@ class _Blockers:
     nodes: Counter[str]  # offline / cordoned / excluded / reserved → nodes
 
 
-def _blockers(request: JobRequest, ledger: Ledger, pools: list[_Pools], run: _Run | None) -> _Blockers:
+def _blockers(request: JobRequest, run: _Run) -> _Blockers:
+    """Count, over every node of the request's type, what keeps it from fitting (no pools built:
+    a full cluster with a long queue asks this once per job shape)."""
     need = request.gpus_per_node
-    typed = [n for n in ledger.nodes.values() if n.node.server_type == request.server_type]
-    found = _Blockers(sum(1 for p in pools if p.ready >= need), len(typed), Counter(), Counter(), Counter())
-    taken = run.taken if run else {}
-    for p in pools:
-        if p.ready >= need:
+    typed = run._typed.get(request.server_type, [])
+    found = _Blockers(0, len(typed), Counter(), Counter(), Counter())
+    for node in typed:
+        node_id = node.node.node_id
+        if not _eligible(node, request):
+            if node_id in request.excluded_nodes:
+                found.nodes["excluded"] += 1
+            elif not node.node.online:
+                found.nodes["offline"] += 1
+            elif node.node.cordoned:
+                found.nodes["cordoned"] += 1
+            else:
+                found.nodes["reserved"] += 1
             continue
-        here = taken.get(p.node.node.node_id, {})
-        for index, state in p.node.gpus.items():
+        here = run.taken.get(node_id, {})
+        free, warm, _, _ = run._sets[node_id]
+        if len((free | warm) - here.keys()) >= need:
+            found.fitting += 1
+            continue
+        for index, state in node.gpus.items():
             if index in here:
                 owner, promised = here[index]
                 if promised:
@@ -284,18 +374,6 @@ def _blockers(request: JobRequest, ledger: Ledger, pools: list[_Pools], run: _Ru
                 found.in_use[state.hold.owner_id] += 1
             elif state.use in (GpuUse.STOPPING, GpuUse.UNHEALTHY):
                 found.held[state.use.value] += 1
-    eligible = {p.node.node.node_id for p in pools}
-    for node in typed:
-        if node.node.node_id in eligible:
-            continue
-        if node.node.node_id in request.excluded_nodes:
-            found.nodes["excluded"] += 1
-        elif not node.node.online:
-            found.nodes["offline"] += 1
-        elif node.node.cordoned:
-            found.nodes["cordoned"] += 1
-        else:
-            found.nodes["reserved"] += 1
     return found
 
 
@@ -324,9 +402,9 @@ def _describe(request: JobRequest, found: _Blockers) -> str:
     return f"{wanted}: " + "; ".join(parts)
 
 
-def explain(request: JobRequest, ledger: Ledger, pools: list[_Pools], run: _Run | None = None) -> str:
+def explain(request: JobRequest, ledger: Ledger) -> str:
     """Why `request` cannot be placed now, naming what holds the capacity it would need."""
-    return _describe(request, _blockers(request, ledger, pools, run))
+    return _describe(request, _blockers(request, _Run(ledger)))
 
 
 def master_port(job_id: int, attempt: int) -> int:

@@ -210,6 +210,8 @@ def reconcile_all(ledger: Ledger | None = None) -> bool:
 @transaction.atomic
 def reconcile_now(workspace_id: int | None = None) -> None:
     """Take the scheduler lock and reconcile one workspace (or all of them)."""
+    if not Workspace.objects.exists():
+        return  # nothing to reserve or release: do not queue behind the scheduler for nothing
     take_scheduler_lock()
     if workspace_id is None:
         reconcile_all()

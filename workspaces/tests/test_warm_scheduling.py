@@ -48,10 +48,14 @@ def test_the_next_compatible_job_of_the_same_user_starts_warm_on_its_node(alice,
 
 
 def test_a_cold_placement_still_tells_the_agent_what_to_keep(alice, warm_gpu02, run_scheduler):
-    gpu01, _, _ = warm_gpu02
-    create_job(alice, name="other", script_url="s3://scripts/other.py", keep_alive_minutes=3)
+    _, gpu02, first = warm_gpu02
+    other = create_job(alice, name="other", script_url="s3://scripts/other.py", keep_alive_minutes=3)
     run_scheduler()
-    [message] = node_registry.desired_placements(gpu01.pk)
+    # best fit: gpu-02's free GPUs; the warm GPU stays with `first`'s environment
+    [placement] = Placement.objects.filter(attempt__job=other)
+    assert placement.node_id == gpu02.pk and placement.gpu_indices == [1]
+    assert Placement.objects.get(attempt__job=first).warm_released_at is None
+    [message] = node_registry.desired_placements(gpu02.pk)
     assert message["warm_pool"] == {"owner": alice.pk, "keep_alive_seconds": 180, "reuse_from_job": None}
 
 

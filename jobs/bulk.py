@@ -1,0 +1,40 @@
+"""One UPDATE for many rows with a value each (PostgreSQL: UPDATE … FROM unnest(arrays)).
+
+Django's `Case(When(...))` works too, but PostgreSQL evaluates it row by row against every
+branch: for the hundreds of jobs a scheduler run touches that is quadratic. Arrays stay linear.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from django.db import connection, models
+
+
+def update_each(
+    model: type[models.Model],
+    ids: Sequence[int],
+    columns: Mapping[str, tuple[str, Sequence[Any]]],
+    same: Mapping[str, Any] | None = None,
+    where: str = "",
+    where_params: Sequence[Any] = (),
+) -> int:
+    """Set, for row `ids[i]`, each column to `columns[name][1][i]` (cast to `columns[name][0]`,
+    a PostgreSQL type), and every column of `same` to one value; `where` narrows the rows (SQL
+    on `t`). Returns how many rows changed."""
+    if not ids:
+        return 0
+    q = connection.ops.quote_name
+    same = same or {}
+    assigns = [f"{q(name)} = %s" for name in same] + [f"{q(name)} = v.{q(name)}" for name in columns]
+    arrays = ", ".join(["%s::bigint[]", *(f"%s::{kind}[]" for kind, _ in columns.values())])
+    names = ", ".join(["id", *(q(name) for name in columns)])
+    sql = (
+        f"UPDATE {q(model._meta.db_table)} AS t SET {', '.join(assigns)} "
+        f"FROM unnest({arrays}) AS v({names}) WHERE t.id = v.id" + (f" AND ({where})" if where else "")
+    )
+    params = [*same.values(), list(ids), *(list(values) for _, values in columns.values()), *where_params]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.rowcount
