@@ -16,7 +16,7 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("jobs/", include("jobs.urls")),
     path("jobs/<int:pk>/logs/download/", download_logs, name="logs-download"),
-    path("nodes/", include("jobs.node_urls")),
+    path("nodes/", include("jobs.nodes.urls")),
     path("dashboard/", include("monitoring.urls")),
     path("api/v1/training-jobs/<int:pk>/logs/", JobLogsView.as_view(), name="api-job-logs"),
     path("api/v1/training-jobs/<int:pk>/metrics/", JobMetricsView.as_view(), name="api-job-metrics"),

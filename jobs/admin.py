@@ -25,9 +25,12 @@ class TrainingJobAdmin(admin.ModelAdmin):
     search_fields = ["name", "owner__username", "tags__key", "tags__value", "image_url"]
     list_select_related = ["owner", "server_type"]
     date_hierarchy = "created_at"
-    # the password is write-only everywhere; status changes go through jobs.actions
+    # the password is write-only everywhere; what jobs.actions writes is read-only here
     exclude = ["registry_password_encrypted"]
-    readonly_fields = ["status", "status_reason", "created_at", "updated_at"]
+    readonly_fields = [
+        "status", "status_reason", "current_attempt", "result_url", "failover_count", "checkpoint_step",
+        "checkpoint_url", "checkpoint_at", "started_warm", "warm_note", "created_at", "updated_at",
+    ]
     inlines = [JobTagInline, JobStatusChangeInline]
 
 

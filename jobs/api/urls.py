@@ -1,6 +1,6 @@
 from rest_framework.routers import DefaultRouter
 
-from .nodes import NodeViewSet
+from ..nodes.api import NodeViewSet
 from .views import ServerTypeViewSet, TrainingJobViewSet
 
 router = DefaultRouter()

@@ -11,13 +11,14 @@ from django.db import connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from console import live
 from nodeagent import protocol
 from nodeagent.protocol_checks import MAX_INT, MAX_SMALLINT
 
-from . import actions, failover, policy
-from .choices import JobStatus
-from .environments import add_environments
-from .models import (
+from .. import actions, failover, policy
+from ..choices import JobStatus
+from ..environments import add_environments
+from ..models import (
     ConsoleListening,
     HardwareEvent,
     Node,
@@ -28,10 +29,10 @@ from .models import (
     ServerType,
     TrainingJob,
 )
-from .models.attempts import HOLDING_STATES
-from .models.nodes import hash_token
-from .notify import node_group, schedule_on_commit
-from .objectstore import ensure_results_bucket
+from ..models.attempts import HOLDING_STATES
+from ..notify import node_group, schedule_on_commit
+from ..objectstore import ensure_results_bucket
+from .models import hash_token
 
 log = logging.getLogger(__name__)
 
@@ -142,21 +143,32 @@ def disconnected(node_id: int, session: int) -> None:
     Node.objects.filter(pk=node_id, session=session).update(connected=False)
 
 
+def _desired(node_ids: list[int]):
+    """Placements that should run: current attempts of jobs that are Creating or Running."""
+    return Placement.objects.filter(
+        node_id__in=node_ids, state__in=HOLDING_STATES,
+        attempt__job__status__in=[JobStatus.CREATING, JobStatus.RUNNING],
+        attempt__number=F("attempt__job__current_attempt"),
+    )
+
+
+def desired_keys(node_ids: list[int]) -> dict[int, frozenset[str]]:
+    """The placement keys each node should run now, for many nodes in one query (the console
+    process compares them with what it last sent each node: jobs.heartbeats)."""
+    keys: dict[int, set[str]] = {}
+    for node_id, job_id, attempt, role in _desired(node_ids).values_list(
+        "node_id", "attempt__job_id", "attempt__number", "role",
+    ):
+        keys.setdefault(node_id, set()).add(protocol.placement_key(job_id, attempt, role))
+    return {node_id: frozenset(k) for node_id, k in keys.items()}
+
+
 def desired_placements(node_id: int) -> list[protocol.Placement]:
     """What should run on this node now: current attempts of jobs that are Creating or Running."""
-    placements = (
-        Placement.objects.filter(
-            node_id=node_id, state__in=HOLDING_STATES,
-            attempt__job__status__in=[JobStatus.CREATING, JobStatus.RUNNING],
-        )
-        .select_related("attempt__job")
-        .order_by("attempt__job_id", "node_rank")
-    )
+    placements = _desired([node_id]).select_related("attempt__job").order_by("attempt__job_id", "node_rank")
     result = []
     for p in placements:
         job: TrainingJob = p.attempt.job
-        if p.attempt.number != job.current_attempt:
-            continue
         result.append(protocol.Placement(
             job_id=job.pk, job_name=job.name, attempt=p.attempt.number, role=p.role,
             node_rank=p.node_rank, nnodes=job.node_count, nproc_per_node=job.gpus_per_node,
@@ -205,16 +217,6 @@ def object_storage_settings() -> protocol.ObjectStorage:
         endpoint_url=settings.S3_ENDPOINT_URL, access_key=settings.S3_ACCESS_KEY,
         secret_key=settings.S3_SECRET_KEY, results_bucket=settings.S3_RESULTS_BUCKET,
     )
-
-
-@transaction.atomic
-def set_cordon(node_id: int, cordoned: bool, reason: str = "") -> None:
-    """Cordon a node (no new placements), or uncordon it: staff say it is repaired, so GPUs
-    marked faulty by a hardware verdict count as healthy again."""
-    Node.objects.filter(pk=node_id).update(cordoned=cordoned, cordon_reason=reason[:500] if cordoned else "")
-    if not cordoned:
-        NodeGPU.objects.filter(node_id=node_id, healthy=False).update(healthy=True)
-        schedule_on_commit()
 
 
 def watch_heartbeats(now: datetime | None = None) -> list[str]:
@@ -299,8 +301,6 @@ def record_fault(node_id: int, event: dict) -> HardwareEvent:
 
 def inject_fault(node_id: int, kind: str, gpu_index: int | None, xid: int | None = None, detail: str = "") -> None:
     """Ask a node's agent to make one of its simulated GPUs fail (tests, staff, the API)."""
-    from asgiref.sync import async_to_sync
-    from channels.layers import get_channel_layer
 
     if kind not in protocol.FAULT_KINDS:
         raise ValueError(f"unknown fault kind {kind!r} (known: {', '.join(protocol.FAULT_KINDS)})")
@@ -311,13 +311,13 @@ def inject_fault(node_id: int, kind: str, gpu_index: int | None, xid: int | None
     if gpu_index is not None and not 0 <= gpu_index <= MAX_SMALLINT:
         raise ValueError(f"a GPU index is a number from 0 to {MAX_SMALLINT}")
     message = protocol.InjectFault(type="inject_fault", gpu_index=gpu_index, kind=kind, xid=xid, detail=detail)
-    async_to_sync(get_channel_layer().group_send)(node_group(node_id), {"type": "node.inject", "message": message})
+    live.publish(node_group(node_id), {"type": "node.inject", "message": message})
 
 
 @transaction.atomic
 def reclaim_from_spot(node_id: int, reason: str) -> int:
     """Interrupt the spot jobs running on a node and cordon it so none lands there again."""
-    Node.objects.filter(pk=node_id).update(cordoned=True, cordon_reason=reason[:500])
+    actions.set_cordon(node_id, True, reason)
     job_ids = set(Placement.objects.filter(
         node_id=node_id, state__in=HOLDING_STATES, attempt__job__learning_type="spot",
         attempt__job__status__in=[JobStatus.CREATING, JobStatus.RUNNING],

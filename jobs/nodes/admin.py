@@ -3,8 +3,8 @@
 from django.contrib import admin, messages
 from django.utils import timezone
 
-from . import nodes
-from .models import (
+from .. import actions as job_actions
+from ..models import (
     ConsoleListening,
     HardwareEvent,
     JobAttempt,
@@ -14,6 +14,7 @@ from .models import (
     Placement,
     RejectedAgentMessage,
 )
+from . import registry
 
 
 class NodeGPUInline(admin.TabularInline):
@@ -27,7 +28,8 @@ class NodeAdmin(admin.ModelAdmin):
     list_display = ["name", "node_status", "server_type", "gpu_count", "address", "runtime", "connected", "cordoned", "cordon_reason", "last_heartbeat_at"]
     list_filter = ["server_type", "connected", "cordoned", "lost", "runtime"]
     search_fields = ["name", "address", "cordon_reason"]
-    readonly_fields = ["connected", "lost", "last_heartbeat_at", "agent_version", "created_at"]
+    # cordon with the actions below (jobs.actions.set_cordon), not by editing the flag
+    readonly_fields = ["connected", "lost", "cordoned", "cordon_reason", "last_heartbeat_at", "agent_version", "created_at"]
     inlines = [NodeGPUInline]
     actions = ["cordon", "uncordon", "reclaim"]
 
@@ -45,18 +47,18 @@ class NodeAdmin(admin.ModelAdmin):
     @admin.action(description="Cordon the selected nodes (no new placements)")
     def cordon(self, request, queryset):
         for node in queryset:
-            nodes.set_cordon(node.pk, True, f"Cordoned by {request.user.username}")
+            job_actions.set_cordon(node.pk, True, f"Cordoned by {request.user.username}")
         self.message_user(request, f"{queryset.count()} node(s) cordoned.", messages.SUCCESS)
 
     @admin.action(description="Reclaim from spot jobs (they pause and resume elsewhere; the node is cordoned)")
     def reclaim(self, request, queryset):
-        count = sum(nodes.reclaim_from_spot(node.pk, f"node {node.name} reclaimed by {request.user.username}") for node in queryset)
+        count = sum(registry.reclaim_from_spot(node.pk, f"node {node.name} reclaimed by {request.user.username}") for node in queryset)
         self.message_user(request, f"{count} spot job(s) interrupted.", messages.SUCCESS)
 
     @admin.action(description="Uncordon the selected nodes")
     def uncordon(self, request, queryset):
         for node in queryset:
-            nodes.set_cordon(node.pk, False)
+            job_actions.set_cordon(node.pk, False)
         self.message_user(request, f"{queryset.count()} node(s) uncordoned.", messages.SUCCESS)
 
 

@@ -11,10 +11,10 @@ from rest_framework.response import Response
 from nodeagent.protocol import FAULT_KINDS
 from nodeagent.protocol_checks import MAX_INT, MAX_SMALLINT
 
-from .. import nodes
 from ..capacity import GpuState, GpuUse, NodeLedger
 from ..capacity_load import load_ledger
 from ..models import Node
+from . import registry
 
 
 class GpuSerializer(serializers.Serializer):
@@ -108,7 +108,7 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
         fault.is_valid(raise_exception=True)
         if not node.connected:
             return Response({"detail": f"node {node.name} is not connected"}, status=status.HTTP_409_CONFLICT)
-        nodes.inject_fault(node.pk, **fault.validated_data)
+        registry.inject_fault(node.pk, **fault.validated_data)
         return Response({"detail": f"fault sent to node {node.name}", "fault": fault.validated_data},
                         status=status.HTTP_202_ACCEPTED)
 
@@ -117,5 +117,5 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
     def reclaim(self, request, pk=None):
         """Take the node back from spot jobs: they pause (with their checkpoint) and resume elsewhere later."""
         node = self.get_object()
-        count = nodes.reclaim_from_spot(node.pk, f"node {node.name} reclaimed by {request.user.username}")
+        count = registry.reclaim_from_spot(node.pk, f"node {node.name} reclaimed by {request.user.username}")
         return Response({"detail": f"{count} spot job(s) interrupted on {node.name}"})

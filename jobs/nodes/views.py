@@ -10,10 +10,11 @@ from django.views.decorators.http import require_POST
 from console.permissions import staff_only
 from nodeagent.protocol import FAULT_KINDS
 
-from . import nodes
-from .capacity_load import load_ledger
-from .models import Node, Placement
-from .models.attempts import HOLDING_STATES
+from .. import actions
+from ..capacity_load import load_ledger
+from ..models import Node, Placement
+from ..models.attempts import HOLDING_STATES
+from . import registry
 
 
 @staff_only
@@ -48,7 +49,7 @@ def node_detail(request: HttpRequest, pk: int) -> HttpResponse:
 def node_cordon(request: HttpRequest, pk: int) -> HttpResponse:
     node = get_object_or_404(Node, pk=pk)
     cordon = request.POST.get("action") == "cordon"
-    nodes.set_cordon(node.pk, cordon, request.POST.get("reason", "").strip() or f"Cordoned by {request.user.username}")
+    actions.set_cordon(node.pk, cordon, request.POST.get("reason", "").strip() or f"Cordoned by {request.user.username}")
     return redirect("nodes:detail", pk=node.pk)
 
 
@@ -60,7 +61,7 @@ def node_inject_fault(request: HttpRequest, pk: int) -> HttpResponse:
     gpu = request.POST.get("gpu_index", "")
     xid = request.POST.get("xid", "")
     try:
-        nodes.inject_fault(node.pk, request.POST.get("kind", ""), int(gpu) if gpu.isdigit() else None,
+        registry.inject_fault(node.pk, request.POST.get("kind", ""), int(gpu) if gpu.isdigit() else None,
                            int(xid) if xid.isdigit() else None, "injected from the node page")
         messages.success(request, f"Fault sent to {node.name}.")
     except ValueError as exc:
@@ -72,6 +73,6 @@ def node_inject_fault(request: HttpRequest, pk: int) -> HttpResponse:
 @require_POST
 def node_reclaim(request: HttpRequest, pk: int) -> HttpResponse:
     node = get_object_or_404(Node, pk=pk)
-    count = nodes.reclaim_from_spot(node.pk, f"node {node.name} reclaimed by {request.user.username}")
+    count = registry.reclaim_from_spot(node.pk, f"node {node.name} reclaimed by {request.user.username}")
     messages.success(request, f"{count} spot job(s) interrupted; {node.name} is cordoned.")
     return redirect("nodes:detail", pk=node.pk)
