@@ -1,5 +1,6 @@
 """ASGI entry point: HTTP through Django, WebSockets through Channels (served by daphne)."""
 
+import asyncio
 import os
 
 from django.core.asgi import get_asgi_application
@@ -21,6 +22,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.urls import path  # noqa: E402
 
+from console import live  # noqa: E402
 from jobs.agent_consumer import AgentConsumer  # noqa: E402
 from jobs.routing import websocket_urlpatterns as job_routes  # noqa: E402
 from jobs.slurm.consumer import SlurmStepConsumer  # noqa: E402
@@ -37,6 +39,7 @@ slurm_steps = URLRouter([path(STEP_PATH.strip("/") + "/", SlurmStepConsumer.as_a
 
 
 async def websocket_router(scope, receive, send):
+    live.attach(asyncio.get_running_loop())  # worker threads publish live events through this loop
     if scope["path"] == AGENT_PATH:
         return await agents(scope, receive, send)
     if scope["path"] == STEP_PATH:

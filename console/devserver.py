@@ -22,7 +22,7 @@ from console.banner import ready_banner
 from console.services.objectstore import start_seaweedfs
 from console.services.ports import port_answers, wait_for_port
 from console.services.postgres_server import start_private_postgres
-from console.services.processes import beat_command, daphne_command, worker_command
+from console.services.processes import beat_command, console_commands, worker_command
 from console.services.redis_server import redis_answers, start_private_redis
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,8 +45,9 @@ class Supervisor:
         self.stopping = False
         self.grace = grace  # each stage stops within it; only a child that overruns is killed
 
-    def start(self, name: str, args: list[str], env: dict[str, str], stage: int = SERVICES) -> subprocess.Popen:
-        process = subprocess.Popen(args, cwd=ROOT, env=env, start_new_session=True)
+    def start(self, name: str, args: list[str], env: dict[str, str], stage: int = SERVICES,
+              pass_fds: tuple[int, ...] = ()) -> subprocess.Popen:
+        process = subprocess.Popen(args, cwd=ROOT, env=env, start_new_session=True, pass_fds=pass_fds)
         self.children.append(Child(name, process, stage))
         return process
 
@@ -172,6 +173,19 @@ def _announce_ready(env: dict[str, str], port: str, admin_note: str, local_stora
     print("\n" + ready_banner(f"http://127.0.0.1:{port}/", admin_note, env, storage_is_local=local_storage) + "\n", flush=True)
 
 
+def _consoles(sup: Supervisor, env: dict[str, str], port: str) -> None:
+    """One daphne, or CONSOLE_PROCESSES of them sharing the port (a large fleet: one process
+    handles about a thousand idle agents; see the README's "A thousand nodes")."""
+    value = env.get("CONSOLE_PROCESSES", "1")
+    if not value.isdigit() or int(value) < 1:
+        raise SystemExit(f"CONSOLE_PROCESSES must be a whole number of daphne processes (1 or more), not {value!r}")
+    commands, sock = console_commands(port, int(value))
+    for name, args in commands:  # with several, the kernel spreads the connections over them
+        sup.start(name, args, env, pass_fds=(sock.fileno(),) if sock else ())
+    if sock is not None:
+        sock.close()  # the daphnes hold their own copies
+
+
 def main() -> int:
     env = dict(os.environ)
     env.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
@@ -192,7 +206,7 @@ def main() -> int:
         # kept for the final box: printed here it would scroll away among the start-up lines
         admin_note = subprocess.run([python, "manage.py", "ensure_admin"], cwd=ROOT, env=env, check=True,
                                     capture_output=True, text=True).stdout
-        sup.start("daphne", daphne_command(port), env)
+        _consoles(sup, env, port)
         # at "info" both log every 5-second tick, and the final box scrolls away within a minute
         celery_level = env.get("CELERY_LOG_LEVEL", "warning")
         sup.start("celery-worker", worker_command(celery_level, python=python), env)

@@ -39,6 +39,7 @@ INSTALLED_APPS = [
     "rest_framework.authtoken",
     "drf_spectacular",
     "drf_spectacular_sidecar",
+    "django_filters",
     "channels",
     "console",
     "jobs",
@@ -90,7 +91,7 @@ CHANNEL_LAYERS = {
             # pop: an idle consumer would time out and drop its WebSocket. Give reads room.
             # a fleet connecting or dropping at once uses many connections for a moment
             "hosts": [{"address": REDIS_URL, "socket_timeout": 30,
-                       "max_connections": env_int("CHANNEL_LAYER_MAX_CONNECTIONS", 1000, minimum=10)}],
+                       "max_connections": env_int("CHANNEL_LAYER_MAX_CONNECTIONS", 1000, minimum=64)}],
             "prefix": env_str("CHANNELS_PREFIX", "simpleai"),
         },
     }
@@ -170,7 +171,7 @@ JOBS_PAGE_SIZE = env_int("JOBS_PAGE_SIZE", 20, minimum=1)
 # Nodes: a node without a heartbeat for this long is Lost; agents beat every few seconds.
 NODE_LOST_AFTER_SECONDS = env_int("NODE_LOST_AFTER_SECONDS", 30, minimum=5)
 # an agent cut off from the console keeps its jobs running this long before it stops them
-# (jobs.nodes.fence_after_seconds): outages of the console or its stores up to it cost nothing
+# (jobs.nodes.registry.fence_after_seconds): outages of the console or its stores up to it cost nothing
 NODE_FENCE_AFTER_SECONDS = env_int("NODE_FENCE_AFTER_SECONDS", 300, minimum=10)
 # SIGTERM → this many seconds → SIGKILL when a job is stopped or deleted
 JOB_STOP_GRACE_SECONDS = env_int("JOB_STOP_GRACE_SECONDS", 30, minimum=0)
@@ -180,7 +181,7 @@ SCHEDULER_TICK_SECONDS = env_int("SCHEDULER_TICK_SECONDS", 5, minimum=1)
 NODE_WATCH_SECONDS = env_int("NODE_WATCH_SECONDS", 2, minimum=1)
 
 CELERY_BEAT_SCHEDULE = {
-    "schedule-jobs": {"task": "jobs.tasks.schedule_jobs", "schedule": float(SCHEDULER_TICK_SECONDS)},
+    "schedule-jobs": {"task": "jobs.tasks.scheduler_tick", "schedule": float(SCHEDULER_TICK_SECONDS)},
     # a killed node is declared Lost at most this long after its grace ends
     "watch-heartbeats": {"task": "jobs.tasks.watch_heartbeats", "schedule": float(NODE_WATCH_SECONDS)},
     "finish-failover-assessments": {"task": "jobs.tasks.finish_failover_assessments", "schedule": float(SCHEDULER_TICK_SECONDS)},

@@ -1,27 +1,45 @@
-"""Every change to a Training Job's status, tags or existence goes through these functions.
+"""Every write to a Training Job's status, status reason, attempt, checkpoint, results, failover
+count and warm-start note, to its tags and its existence, and to a node's cordon, goes through
+these functions (zulip's `do_*` actions); jobs/tests/test_action_layer.py fails on any other
+module that assigns those fields.
 
-Each one is atomic, locks the row it changes, writes a history row, and publishes its live
-event after the commit (zulip's `do_*` actions).
+Each one is atomic and locks the row it changes (or its caller did, where it says so). What it
+records, and what it pushes to browsers after the commit:
+- a status change, or a decision about the job (a failover counted): a history row
+  (`JobStatusChange`, old and new status, reason, time) and a `job.status` event;
+- a reason that says what a waiting job waits for (rewritten by every scheduler run): the new
+  reason alone, and a `job.reason` event;
+- a job's other fields (checkpoint, results, failovers, warm start): a `job.fields` event with
+  the new values, for the job's page;
+- a node's cordon: the node's flag and reason, a log line, and a scheduler run.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
 
 from django.db import transaction
 from django.utils import timezone
 
 from . import bulk
-from .choices import ACTIVE_STATUSES, JobStatus
-from .events import DELETED, JobReasonEvent, JobStatusEvent, send_job_event
-from .models import JobAttempt, JobStatusChange, JobTag, ServerType, TrainingJob
+from .choices import ACTIVE_STATUSES, TERMINAL_STATUSES, JobStatus
+from .events import DELETED, JobFieldsEvent, JobReasonEvent, JobStatusEvent, batched, send_job_event
+from .models import JobAttempt, JobStatusChange, JobTag, Node, NodeGPU, Placement, ServerType, TrainingJob
+from .models.attempts import HOLDING_STATES
 from .notify import schedule_on_commit, sync_nodes_on_commit
 from .states import check_transition
+
+log = logging.getLogger(__name__)
 
 # the statuses in which a job's current attempt should run on its nodes
 RUNNABLE = frozenset({JobStatus.CREATING, JobStatus.RUNNING})
 # waiting jobs whose reason the scheduler keeps up to date (a failover keeps its decision)
 REASON_REWRITABLE = (JobStatus.PENDING, JobStatus.SPOT_INTERRUPTED)
+# a job that waits or runs can be stopped; one that ended or is being deleted cannot
+STOPPABLE = frozenset(JobStatus) - TERMINAL_STATUSES - {JobStatus.TERMINATING}
+FieldValue = str | int | bool | None
 
 
 def _publish_status(job: TrainingJob) -> None:
@@ -30,6 +48,13 @@ def _publish_status(job: TrainingJob) -> None:
         reason=job.status_reason, at=timezone.now().isoformat(),
     )
     transaction.on_commit(lambda: send_job_event(job.pk, job.owner_id, event))
+
+
+def _publish_fields(job_id: int, owner_id: int, fields: Mapping[str, FieldValue | datetime]) -> None:
+    """The job page shows these fields: it updates them in place after the commit."""
+    values = {name: value.isoformat() if isinstance(value, datetime) else value for name, value in fields.items()}
+    event = JobFieldsEvent(type="job.fields", job_id=job_id, fields=values, at=timezone.now().isoformat())
+    transaction.on_commit(lambda: send_job_event(job_id, owner_id, event))
 
 
 @transaction.atomic
@@ -50,14 +75,16 @@ def create_job(owner, fields: Mapping, tags: Iterable[Mapping[str, str]], regist
     return job
 
 
-@transaction.atomic
-def transition(job_id: int, new_status: str, reason: str = "") -> TrainingJob:
-    """Move a job to `new_status`; raises IllegalTransition when the table forbids it."""
-    job = TrainingJob.objects.select_for_update().get(pk=job_id)
-    check_transition(job.status, new_status)
+def _record(job: TrainingJob, new_status: str, reason: str, fields: Mapping[str, FieldValue] | None = None) -> None:
+    """Write a status (or the same one: a decision), its reason and `fields` in one UPDATE, with a
+    history row; the job's page and its owner's list hear of it after the commit. The caller
+    locked the row and checked the transition."""
+    fields = dict(fields or {})
     old = job.status
     job.status, job.status_reason = new_status, reason[:500]
-    job.save(update_fields=["status", "status_reason", "updated_at"])
+    for name, value in fields.items():
+        setattr(job, name, value)
+    job.save(update_fields=["status", "status_reason", *fields, "updated_at"])
     JobStatusChange.objects.create(job=job, old_status=old, new_status=new_status, reason=reason[:500])
     if old in RUNNABLE and new_status not in RUNNABLE:
         # from now on its placements hold their GPUs only for the stop grace (jobs.capacity)
@@ -65,12 +92,77 @@ def transition(job_id: int, new_status: str, reason: str = "") -> TrainingJob:
             stop_requested_at=timezone.now(),
         )
     _publish_status(job)
+    if fields:
+        _publish_fields(job.pk, job.owner_id, fields)
+
+
+def _locked(job_id: int) -> TrainingJob:
+    return TrainingJob.objects.select_for_update().get(pk=job_id)
+
+
+@transaction.atomic
+def transition(job_id: int, new_status: str, reason: str = "") -> TrainingJob:
+    """Move a job to `new_status`; raises IllegalTransition when the table forbids it."""
+    job = _locked(job_id)
+    check_transition(job.status, new_status)
+    _record(job, new_status, reason)
     return job
 
 
-def start_attempts(jobs: Sequence[TrainingJob], reasons: Mapping[int, str]) -> None:
-    """Move waiting jobs (locked by the caller, `current_attempt` already set to their new
-    attempt) to Creating in one UPDATE, with one history row each and their live events."""
+@transaction.atomic
+def complete_job(job_id: int, reason: str, result_url: str) -> TrainingJob:
+    """Every node's command succeeded: Completed, with where its OUTPUT_DIR was uploaded."""
+    job = _locked(job_id)
+    check_transition(job.status, JobStatus.COMPLETED)
+    _record(job, JobStatus.COMPLETED, reason, {"result_url": result_url[:1024]})
+    return job
+
+
+@transaction.atomic
+def count_failover(job_id: int, reason: str, new_status: str | None = None) -> TrainingJob:
+    """The job fails over (once more): its failover count goes up, with the decision as its reason
+    and a history row; `new_status` when the decision also moves it (else it keeps its status).
+    The caller words `reason` with the new count (the locked job's `failover_count + 1`)."""
+    job = _locked(job_id)
+    status = new_status or job.status
+    if new_status is not None:
+        check_transition(job.status, new_status)
+    _record(job, status, reason, {"failover_count": job.failover_count + 1})
+    return job
+
+
+@transaction.atomic
+def stop_job(job_id: int, reason: str) -> bool:
+    """Stop a job that waits or runs: `Stopped`, and its agents stop its processes (SIGTERM, the
+    stop grace, SIGKILL). False when it is gone, has ended, or is being deleted."""
+    job = TrainingJob.objects.select_for_update().filter(pk=job_id).first()
+    if job is None or job.status not in STOPPABLE:
+        return False
+    check_transition(job.status, JobStatus.STOPPED)
+    _record(job, JobStatus.STOPPED, reason)
+    sync_nodes_on_commit(Placement.objects.filter(attempt__job=job, state__in=HOLDING_STATES).values_list("node_id", flat=True))
+    return True
+
+
+@transaction.atomic
+def set_checkpoint(job_id: int, step: int, url: str) -> bool:
+    """The job's newest durable checkpoint, when `step` is newer than the one it has (a resumed
+    attempt starts from it). The caller authorized the sender and fenced its attempt."""
+    job = _locked(job_id)
+    if job.checkpoint_step is not None and step <= job.checkpoint_step:
+        return False
+    fields = {"checkpoint_step": step, "checkpoint_url": url[:1024], "checkpoint_at": timezone.now()}
+    for name, value in fields.items():
+        setattr(job, name, value)
+    job.save(update_fields=[*fields, "updated_at"])
+    _publish_fields(job.pk, job.owner_id, fields)
+    return True
+
+
+def start_attempts(jobs: Sequence[TrainingJob], attempts: Mapping[int, int], reasons: Mapping[int, str]) -> None:
+    """Move waiting jobs (locked by the caller) to Creating on their new attempt
+    (`attempts`: job id → its number) in one UPDATE, with one history row each and their live
+    events; the scheduler's bulk path (jobs.bulk), so a run that places hundreds stays linear."""
     if not jobs:
         return
     for job in jobs:
@@ -78,7 +170,7 @@ def start_attempts(jobs: Sequence[TrainingJob], reasons: Mapping[int, str]) -> N
     bulk.update_each(
         TrainingJob, [job.pk for job in jobs],
         {"status_reason": ("text", [reasons[job.pk][:500] for job in jobs]),
-         "current_attempt": ("integer", [job.current_attempt for job in jobs])},
+         "current_attempt": ("integer", [attempts[job.pk] for job in jobs])},
         same={"status": JobStatus.CREATING, "updated_at": timezone.now()},
     )
     JobStatusChange.objects.bulk_create([
@@ -87,58 +179,52 @@ def start_attempts(jobs: Sequence[TrainingJob], reasons: Mapping[int, str]) -> N
     ])
     for job in jobs:
         job.status, job.status_reason = JobStatus.CREATING, reasons[job.pk][:500]
+        job.current_attempt = attempts[job.pk]
         _publish_status(job)
 
 
 def note_warm_starts(notes: Mapping[int, tuple[bool, str]]) -> None:
-    """How jobs first started (warm or not, and why), for their pages: set once per job."""
+    """How jobs first started (warm or not, and why), for their pages: set once per job, in one
+    UPDATE (the scheduler's bulk path)."""
     if not notes:
         return
-    bulk.update_each(
+    changed = bulk.update_each_returning(
         TrainingJob, list(notes),
         {"started_warm": ("boolean", [warm for warm, _ in notes.values()]),
          "warm_note": ("text", [note[:300] for _, note in notes.values()])},
-        where="t.started_warm IS NULL",
+        returning=["owner_id"], where="t.started_warm IS NULL",
     )
-
-
-def reason_changed(job_id: int) -> None:
-    """A job's status reason was rewritten without a status change (no history row): after the
-    commit, its page and its owner's list show the new reason."""
-    def send() -> None:
-        job = TrainingJob.objects.filter(pk=job_id).values("owner_id", "status", "status_reason").first()
-        if job is not None:
-            send_job_event(job_id, job["owner_id"], JobReasonEvent(
-                type="job.reason", job_id=job_id, status=job["status"], reason=job["status_reason"],
-                at=timezone.now().isoformat(),
-            ))
-
-    transaction.on_commit(send)
+    for job_id, owner_id in changed:
+        warm, note = notes[job_id]
+        _publish_fields(job_id, owner_id, {"started_warm": warm, "warm_note": note[:300]})
 
 
 def set_waiting_reasons(jobs: Mapping[TrainingJob, str]) -> int:
-    """Rewrite waiting jobs' reasons (no status change, no history row) in one UPDATE, and push
-    each new reason to the job's page and its owner's list after the commit. A job whose status
-    moved on in the meantime keeps its own reason. Returns how many changed."""
+    """Rewrite waiting jobs' reasons (no status change, no history row) in one UPDATE (the
+    scheduler's bulk path), and push each new reason to the job's page and its owner's list
+    after the commit. A job whose status moved on in the meantime keeps its own reason.
+    Returns how many changed."""
     reasons = {job.pk: text[:500] for job, text in jobs.items() if job.status_reason != text[:500]}
     if not reasons:
         return 0
-    changed = bulk.update_each(
+    changed = bulk.update_each_returning(
         TrainingJob, list(reasons), {"status_reason": ("text", list(reasons.values()))},
-        same={"updated_at": timezone.now()}, where="t.status = ANY(%s)", where_params=[list(REASON_REWRITABLE)],
+        returning=["owner_id", "status"], same={"updated_at": timezone.now()},
+        where="t.status = ANY(%s)", where_params=[list(REASON_REWRITABLE)],
     )
     at = timezone.now().isoformat()
     events = [
-        (job.pk, job.owner_id, JobReasonEvent(type="job.reason", job_id=job.pk, status=job.status, reason=reasons[job.pk], at=at))
-        for job in jobs if job.pk in reasons and job.status in REASON_REWRITABLE
+        (job_id, owner_id, JobReasonEvent(type="job.reason", job_id=job_id, status=status, reason=reasons[job_id], at=at))
+        for job_id, owner_id, status in changed
     ]
 
     def send() -> None:
-        for job_id, owner_id, event in events:
-            send_job_event(job_id, owner_id, event)
+        with batched():  # thousands of reasons: one send, not one event loop each
+            for job_id, owner_id, event in events:
+                send_job_event(job_id, owner_id, event)
 
     transaction.on_commit(send)
-    return changed
+    return len(changed)
 
 
 def set_waiting_reason(job_id: int, reason: str) -> int:
@@ -178,3 +264,21 @@ def remove_job(job: TrainingJob, reason: str = "Deleted by the user") -> None:
     job.delete()
     event = JobStatusEvent(type="job.status", job_id=job_id, status=DELETED, reason=reason, at=timezone.now().isoformat())
     transaction.on_commit(lambda: send_job_event(job_id, owner_id, event))
+
+
+@transaction.atomic
+def set_cordon(node_id: int, cordoned: bool, reason: str = "", keep_reason: bool = False) -> bool:
+    """Cordon a node (no new placements), or uncordon it: staff say it is repaired, so GPUs
+    marked faulty by a hardware verdict count as healthy again. `keep_reason`: a node cordoned
+    already keeps its first reason (a hardware verdict does not overwrite staff's). Returns
+    whether the node changed."""
+    nodes = Node.objects.filter(pk=node_id)
+    if keep_reason:
+        nodes = nodes.filter(cordoned=False)
+    changed = bool(nodes.update(cordoned=cordoned, cordon_reason=reason[:500] if cordoned else ""))
+    if changed:
+        log.info("node %s %s%s", node_id, "cordoned" if cordoned else "uncordoned", f": {reason}" if cordoned else "")
+    if not cordoned:
+        NodeGPU.objects.filter(node_id=node_id, healthy=False).update(healthy=True)
+        schedule_on_commit()  # its GPUs are capacity again
+    return changed

@@ -1,7 +1,7 @@
 """The console's end of a node agent's WebSocket (protocol in nodeagent.protocol).
 
 Thin: jobs.agent_socket checks each message and keeps a bad one from jamming the node; this
-calls jobs.nodes / jobs.lifecycle / monitoring.ingest. Messages are handled one at a time per
+calls jobs.nodes.registry / jobs.lifecycle / monitoring.ingest. Messages are handled one at a time per
 connection, in order, so `ack` can be cumulative. One connection per node: a hello opens a new
 session of the node and the older connection (if any) is closed with 4409.
 """
@@ -16,10 +16,11 @@ from redis.exceptions import RedisError
 from monitoring import ingest, metrics_ingest
 from nodeagent import protocol
 
-from . import lifecycle, nodes
+from . import lifecycle
 from .agent_db import OUTAGE_ERRORS, agent_db
 from .agent_socket import ProtocolConsumer, bearer_token
 from .heartbeats import BOOK
+from .nodes import registry
 from .notify import node_group
 
 log = logging.getLogger(__name__)
@@ -33,6 +34,7 @@ class AgentConsumer(ProtocolConsumer):
     session = 0
     token = None
     sent: frozenset[str] = frozenset()  # placement keys of the desired state sent last
+    desired_in_flight = False  # a send of the desired state has begun (the heartbeat book skips it)
     disagreements = 0
     in_group = False
     clock_offset = 0.0  # console time − agent time, measured at hello
@@ -42,8 +44,8 @@ class AgentConsumer(ProtocolConsumer):
         await self.accept()
         self.beats = 0
         try:
-            self.token = await agent_db(nodes.authenticate)(bearer_token(self.scope))
-        except nodes.AgentRefused as refused:
+            self.token = await agent_db(registry.authenticate)(bearer_token(self.scope))
+        except registry.AgentRefused as refused:
             await self.refuse(str(refused))
             return
         except OUTAGE_ERRORS:
@@ -56,7 +58,7 @@ class AgentConsumer(ProtocolConsumer):
             return
         BOOK.forget(self.node_id, self.session)
         try:  # bookkeeping first: a failure of Redis below must not leave the node "connected"
-            await agent_db(nodes.disconnected)(self.node_id, self.session)
+            await agent_db(registry.disconnected)(self.node_id, self.session)
         except Exception:
             log.warning("could not mark node %s disconnected", self.node_id, exc_info=True)
         if self.in_group:
@@ -83,7 +85,7 @@ class AgentConsumer(ProtocolConsumer):
         elif kind == "metrics":
             await agent_db(metrics_ingest.store_metrics)(self.node_id, message)
         elif kind == "fault":
-            await agent_db(nodes.record_fault)(self.node_id, message)
+            await agent_db(registry.record_fault)(self.node_id, message)
         elif kind == "checkpoint":
             await agent_db(lifecycle.record_checkpoint)(
                 message["job_id"], message["attempt"], message["step"], message["url"], self.node_id, message["role"],
@@ -92,25 +94,25 @@ class AgentConsumer(ProtocolConsumer):
 
     async def _hello(self, hello: protocol.Hello) -> None:
         try:
-            node = await agent_db(nodes.register)(self.token, hello["node"])
-        except nodes.AgentRefused as refused:
+            node = await agent_db(registry.register)(self.token, hello["node"])
+        except registry.AgentRefused as refused:
             await self.refuse(str(refused))
             return
         self.node_id, self.session = node.pk, node.session
-        gone = await agent_db(nodes.forget_unknown_placements)(node.pk, hello.get("running") or [], hello.get("ended") or [])
+        gone = await agent_db(registry.forget_unknown_placements)(node.pk, hello.get("running") or [], hello.get("ended") or [])
         if gone:
             log.warning("node %s came back without %s: treated as lost", node.name, ", ".join(gone))
         if hello.get("sent_at") is not None:
             self.clock_offset = time.time() - float(hello["sent_at"])
         BOOK.ensure_running()
-        BOOK.watch(node.pk, node.session, self._superseded)
+        BOOK.watch(node.pk, node.session, self)
         await self._join_group(announce=True)
         await self.send_json(protocol.Welcome(
             type="welcome", node_id=node.pk, heartbeat_interval=protocol.HEARTBEAT_INTERVAL,
-            object_storage=await agent_db(nodes.object_storage_settings)(),
-            fence_after_seconds=nodes.fence_after_seconds(),
+            object_storage=await agent_db(registry.object_storage_settings)(),
+            fence_after_seconds=registry.fence_after_seconds(),
         ))
-        await self._send_desired()
+        await self.send_desired()
 
     async def _join_group(self, announce: bool = False) -> None:
         """Join the node's group (pushed desired-state changes); first tell an older connection
@@ -138,7 +140,7 @@ class AgentConsumer(ProtocolConsumer):
         running = {protocol.placement_key(r["job_id"], r["attempt"], r["role"]) for r in beat.get("running") or []}
         self.disagreements = self.disagreements + 1 if running != self.sent else 0
         if self.disagreements >= RESYNC_AFTER_DISAGREEMENTS:
-            await self._send_desired()
+            await self.send_desired()
 
     async def _attempt(self, message: protocol.AttemptUpdate) -> None:
         report = lifecycle.PlacementReport(
@@ -151,24 +153,28 @@ class AgentConsumer(ProtocolConsumer):
         if outcome == "stale":
             log.info("ignored %s of superseded attempt %s/%s", message["state"], message["job_id"], message["attempt"])
 
-    async def _send_desired(self) -> None:
-        placements = await agent_db(nodes.desired_placements)(self.node_id)
-        self.sent = {protocol.placement_key(p["job_id"], p["attempt"], p["role"]) for p in placements}
-        self.disagreements = 0
-        await self.send_json(protocol.Desired(type="desired", placements=placements))
+    async def send_desired(self) -> None:
+        self.desired_in_flight = True
+        try:
+            placements = await agent_db(registry.desired_placements)(self.node_id)
+            self.sent = frozenset(protocol.placement_key(p["job_id"], p["attempt"], p["role"]) for p in placements)
+            self.disagreements = 0
+            await self.send_json(protocol.Desired(type="desired", placements=placements))
+        finally:
+            self.desired_in_flight = False
 
-    async def _superseded(self) -> None:
+    async def superseded(self) -> None:
         await self.send_json(protocol.Error(
             type="error", message="another connection of this node replaced this one (is a second agent running with its token?)",
         ))
         await self.close(code=protocol.CLOSE_SUPERSEDED)
 
     async def node_sync(self, event: dict) -> None:
-        await self._send_desired()
+        await self.send_desired()
 
     async def node_superseded(self, event: dict) -> None:
         if event.get("session", 0) > self.session:
-            await self._superseded()
+            await self.superseded()
 
     async def node_inject(self, event: dict) -> None:
         await self.send_json(event["message"])

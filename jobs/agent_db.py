@@ -9,8 +9,12 @@ with it (the next call on that thread opens a new one).
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import random
+import time
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import ParamSpec, TypeVar
 
 from asgiref.sync import sync_to_async
@@ -21,16 +25,33 @@ R = TypeVar("R")
 
 # the console cannot reach its database now: not the message's fault, try again later
 OUTAGE_ERRORS: tuple[type[BaseException], ...] = (OperationalError, InterfaceError)
+# PostgreSQL chose this call as a deadlock's victim, or its transaction could not be serialized:
+# the work was rolled back and is run again (a message's handling is idempotent, as a re-send is)
+RETRIED_SQLSTATES = frozenset({"40P01", "40001"})
+ATTEMPTS = 4
 
 
 def _call(func: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
-    try:
-        return func(*args, **kwargs)
-    except DatabaseError:
-        if connection.connection is not None and (connection.errors_occurred or not connection.is_usable()):
-            connection.close()
-        raise
+    for attempt in range(1, ATTEMPTS + 1):
+        try:
+            return func(*args, **kwargs)
+        except DatabaseError as exc:
+            if connection.connection is not None and (connection.errors_occurred or not connection.is_usable()):
+                connection.close()
+            if attempt == ATTEMPTS or getattr(exc.__cause__, "sqlstate", None) not in RETRIED_SQLSTATES \
+                    or connection.in_atomic_block:  # inside a caller's transaction: the caller retries
+                raise
+            time.sleep(random.uniform(0.01, 0.05) * attempt)
+    raise AssertionError("unreachable")
 
 
 def agent_db(func: Callable[P, R]) -> Callable[P, Awaitable[R]]:
     return sync_to_async(functools.partial(_call, func), thread_sensitive=False)  # type: ignore[return-value]
+
+
+def on_thread(executor: ThreadPoolExecutor, func: Callable[P, R]) -> Callable[P, Awaitable[R]]:
+    """Like `agent_db`, on `executor`'s own threads: work that must not queue behind a backlog of
+    agent messages in the shared pool (the heartbeat book's flush: jobs.heartbeats)."""
+    async def call(*args: P.args, **kwargs: P.kwargs) -> R:
+        return await asyncio.get_running_loop().run_in_executor(executor, functools.partial(_call, func, *args, **kwargs))
+    return call

@@ -5,7 +5,7 @@ message is checked against the protocol (nodeagent.protocol_checks) and handled 
 
 - malformed, out of range, or a write the sender may not make: refused — an `error` naming it,
   then `ack` (the sender drops it), and a copy for staff (RejectedAgentMessage); never a 1011;
-- the console's database is away: `error` with `retry` and close 1013, nothing acknowledged —
+- the console's database is away: `error` with `retry` and close 4503, nothing acknowledged —
   the sender keeps its messages and its jobs, and reconnects later.
 """
 

@@ -6,4 +6,4 @@ class JobsConfig(AppConfig):
     verbose_name = "Training Jobs"
 
     def ready(self) -> None:
-        from . import admin_nodes  # noqa: F401  (registers the node registry's admin)
+        from .nodes import admin  # noqa: F401  (registers the node registry's admin)

@@ -25,8 +25,37 @@ def update_each(
     on `t`). Returns how many rows changed."""
     if not ids:
         return 0
+    sql, params = _update_sql(model, ids, columns, same or {}, where, where_params)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.rowcount
+
+
+def update_each_returning(
+    model: type[models.Model],
+    ids: Sequence[int],
+    columns: Mapping[str, tuple[str, Sequence[Any]]],
+    returning: Sequence[str],
+    same: Mapping[str, Any] | None = None,
+    where: str = "",
+    where_params: Sequence[Any] = (),
+) -> list[tuple[Any, ...]]:
+    """update_each, returning (id, *returning columns) of each row it changed: who to tell."""
+    if not ids:
+        return []
+    sql, params = _update_sql(model, ids, columns, same or {}, where, where_params)
     q = connection.ops.quote_name
-    same = same or {}
+    sql += " RETURNING " + ", ".join(["t.id", *(f"t.{q(name)}" for name in returning)])
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return [tuple(row) for row in cursor.fetchall()]
+
+
+def _update_sql(
+    model: type[models.Model], ids: Sequence[int], columns: Mapping[str, tuple[str, Sequence[Any]]],
+    same: Mapping[str, Any], where: str, where_params: Sequence[Any],
+) -> tuple[str, list[Any]]:
+    q = connection.ops.quote_name
     assigns = [f"{q(name)} = %s" for name in same] + [f"{q(name)} = v.{q(name)}" for name in columns]
     arrays = ", ".join(["%s::bigint[]", *(f"%s::{kind}[]" for kind, _ in columns.values())])
     names = ", ".join(["id", *(q(name) for name in columns)])
@@ -34,7 +63,4 @@ def update_each(
         f"UPDATE {q(model._meta.db_table)} AS t SET {', '.join(assigns)} "
         f"FROM unnest({arrays}) AS v({names}) WHERE t.id = v.id" + (f" AND ({where})" if where else "")
     )
-    params = [*same.values(), list(ids), *(list(values) for _, values in columns.values()), *where_params]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return cursor.rowcount
+    return sql, [*same.values(), list(ids), *(list(values) for _, values in columns.values()), *where_params]

@@ -171,14 +171,14 @@ def build(
             # a failed GPU still held by the placement that was on it stays the placement's until it stops
             node.gpus[index] = GpuState(index, use, hold, until)
     # the newest keep-alive wins where two finished placements used the same GPU
-    for hold in sorted(warm, key=lambda h: h.expires_at):
-        node = ledger.nodes.get(hold.node_id)
-        if node is None or hold.expires_at <= now:
+    for kept in sorted(warm, key=lambda h: h.expires_at):
+        node = ledger.nodes.get(kept.node_id)
+        if node is None or kept.expires_at <= now:
             continue
-        for index in hold.gpus:
+        for index in kept.gpus:
             current = node.gpus.get(index)
             if current is not None and current.use in (GpuUse.FREE, GpuUse.WARM):
-                node.gpus[index] = GpuState(index, GpuUse.WARM, hold, hold.expires_at)
+                node.gpus[index] = GpuState(index, GpuUse.WARM, kept, kept.expires_at)
     for reservation in reservations:
         if reservation.node_id in ledger.nodes:
             ledger.nodes[reservation.node_id].reservation = reservation

@@ -2,6 +2,8 @@
 
 from django.db import models
 
+from .statuses import Status
+
 
 class LearningType(models.TextChoices):
     ON_DEMAND = "on_demand", "On-Demand Training"
@@ -23,21 +25,10 @@ FRAMEWORK_VERSIONS: dict[str, list[str]] = {
 }
 
 
-class JobStatus(models.TextChoices):
-    # labels spelled out: Django would derive "Spot Interrupted" from the member name, and the
-    # filter must read exactly like the badge (the seed's spelling)
-    PENDING = "Pending", "Pending"
-    CREATING = "Creating", "Creating"
-    RUNNING = "Running", "Running"
-    COMPLETED = "Completed", "Completed"
-    FAILED = "Failed", "Failed"
-    STOPPED = "Stopped", "Stopped"
-    TERMINATING = "Terminating", "Terminating"
-    FAILOVER_IN_PROGRESS = "Pending - failoverinprogress", "Pending - failoverinprogress"
-    INTERNAL_ERROR = "Pending - internalerror", "Pending - internalerror"
-    MAX_RETRIES_EXCEEDED = "Pending - maxretriesexceeded", "Pending - maxretriesexceeded"
-    IMAGE_PULL_BACKOFF = "Pending - imagepullbackoff", "Pending - imagepullbackoff"
-    SPOT_INTERRUPTED = "Pending - spotinterrupted", "Pending - spotinterrupted"
+# The plain enum's values (jobs.statuses, which the state machine reads), with each label spelled
+# out as its value: Django would derive "Spot Interrupted" from the member name, and the filter
+# must read exactly like the badge (the seed's spelling)
+JobStatus = models.TextChoices("JobStatus", [(s.name, (s.value, s.value)) for s in Status], module=__name__)
 
 
 # Grouped by lifecycle (netbox style): pages and the scheduler filter on these.

@@ -1,7 +1,7 @@
 """WebSockets for the owner's browser: one job's live events, and the job list's.
 
 Another user's job, or no login, is answered like a missing page: the socket is accepted and
-closed at once with code 4404 (4401 without a session), which the page reads as "stop
+closed at once with code 4404 (4401 without a session; console.sockets), which the page reads as "stop
 reconnecting and say why". The list's socket joins only its own user's group, so it hears
 only that user's jobs.
 """
@@ -11,18 +11,10 @@ from __future__ import annotations
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
+from console.sockets import CLOSE_NOT_FOUND, CLOSE_UNAUTHENTICATED, refuse
+
 from .events import DELETED, job_group, user_group
 from .models import TrainingJob
-
-CLOSE_UNAUTHENTICATED = 4401
-CLOSE_NOT_FOUND = 4404
-
-
-async def refuse(consumer: AsyncJsonWebsocketConsumer, code: int) -> None:
-    """Accept, then close with `code`. A close before the accept reaches the browser as an HTTP
-    403 handshake failure (close code 1006), which a page cannot tell from a network error."""
-    await consumer.accept()
-    await consumer.close(code=code)
 
 
 @database_sync_to_async
@@ -67,6 +59,10 @@ class JobConsumer(_JobEventsConsumer):
         await self.send_json(event)
         if event.get("status") == DELETED:
             await self.close(code=CLOSE_NOT_FOUND)  # the page says so and stops reconnecting
+
+    async def job_fields(self, event: dict) -> None:
+        """Checkpoint, results, failovers or warm start changed (jobs.actions)."""
+        await self.send_json(event)
 
     async def job_metrics(self, event: dict) -> None:
         """New metric samples of this job (monitoring.metrics_ingest.publish) for its charts."""

@@ -144,11 +144,8 @@ def decide(job: TrainingJob, decision: Decision) -> None:
         _give_up(job, JobStatus.MAX_RETRIES_EXCEEDED,
                  f"{MAX_FAILOVERS} failovers done; not reallocating after {decision.reason}")
         return
-    job.failover_count += 1
-    job.status_reason = (f"Reallocating to healthy nodes after {decision.reason} "
-                         f"(failover {job.failover_count} of {MAX_FAILOVERS})")[:500]
-    job.save(update_fields=["failover_count", "status_reason", "updated_at"])
-    actions.reason_changed(job.pk)
+    actions.count_failover(job.pk, f"Reallocating to healthy nodes after {decision.reason} "
+                                   f"(failover {job.failover_count + 1} of {MAX_FAILOVERS})")
     end_attempt(job, decision.reason)
     schedule_on_commit()
 
@@ -184,7 +181,7 @@ def _stop_attempt(job: TrainingJob) -> None:
 
 def _cordon(placement: Placement, decision: Decision) -> None:
     reason = f"{decision.reason} (job {placement.attempt.job_id}, attempt {placement.attempt.number})"
-    Node.objects.filter(pk=placement.node_id, cordoned=False).update(cordoned=True, cordon_reason=reason[:500])
+    actions.set_cordon(placement.node_id, True, reason, keep_reason=True)
     bad = {e.gpu_index for e in evidence_for(placement).hardware if e.gpu_index is not None}
     NodeGPU.objects.filter(node_id=placement.node_id, index__in=bad).update(healthy=False)
 

@@ -95,7 +95,7 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
-def _first_match(lines: Iterable[str], patterns) -> str | None:
+def _first_match(lines: Iterable[str], patterns: Iterable[tuple[re.Pattern[str], str]]) -> str | None:
     for line in lines:
         for pattern, label in patterns:
             if pattern.search(line):

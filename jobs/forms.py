@@ -1,29 +1,26 @@
-"""The Training Job creation form; its rules live in jobs.validation (shared with the API).
+"""The Training Job creation form; its rules are jobs.submission's check, which the API calls too.
 
 Fields only convert types here (no required/min/max of their own): every rule, a blank
-value included, is answered by jobs.validation so the page and the API say the same thing.
+value included, is answered by jobs.submission (with jobs.validation's plain rules) so the
+page and the API say the same thing.
 """
 
 from __future__ import annotations
 
 from django import forms
 
-from workspaces.admission import job_errors as workspace_job_errors
 from workspaces.admission import workspace_for
 
 from . import environments
 from .choices import Framework, LearningType
-from .models import ServerType, TrainingEnvironment, TrainingJob
-from .script_check import script_object_error
+from .models import ServerType, TrainingEnvironment
+from .submission import check_new_job
 from .validation import (
-    DUPLICATE_NAME_MESSAGE,
     FRAMEWORK_MESSAGE,
     INTEGER_MESSAGE,
     LEARNING_TYPE_MESSAGE,
     MAX_NODES,
     SERVER_TYPE_MESSAGE,
-    allocation_for,
-    validate_job,
 )
 
 # marked with a red star on the page; jobs.validation is what enforces them
@@ -111,22 +108,16 @@ class TrainingJobForm(forms.Form):
 
     def clean(self):
         data = super().clean()
-        server_type = data.get("server_type")
-        framework = data.get("framework")
-        if framework in Framework.values and not data.get("framework_version"):
-            data["framework_version"] = environments.default_version(framework, self.framework_versions) or ""
-        allocation = allocation_for(server_type.info(), data.get("gpus_per_node") or 0) if server_type else None
-        data["memory_gb"] = allocation.memory_gb if allocation else None
         if data.get("use_storage"):
             if not data.get("volume_mount_path"):
                 self.add_error("volume_mount_path", "Enter the mount path of the File Storage volume.")
         else:
             data["volume_mount_path"] = data["script_url"] = ""
+        server_type = data.get("server_type")
         plain = {**data, "server_type": server_type.name if server_type else "", "tags": self.tags}
-        errors = validate_job(plain, {st.name: st.info() for st in self.server_types}, framework_versions=self.framework_versions)
-        if plain["script_url"] and "script_url" not in errors and (message := script_object_error(plain["script_url"])):
-            errors["script_url"] = message
-        errors = {**workspace_job_errors(self.owner, plain), **errors} if self.owner else errors  # quotas, workspace, keep-alive
+        server_types = {st.name: st.info() for st in self.server_types}
+        errors = check_new_job(self.owner, plain, server_types, self.framework_versions)
+        data["framework_version"], data["memory_gb"] = plain.get("framework_version", ""), plain["memory_gb"]
         if "tags" in errors:
             # shown in the tags area; a non-field error keeps the form invalid
             self.tag_error = errors.pop("tags")
@@ -134,8 +125,6 @@ class TrainingJobForm(forms.Form):
         for field, message in errors.items():
             if field not in self._errors:  # a value that failed its type check has its message already
                 self.add_error(field if field in self.fields else None, message)
-        if "name" not in self._errors and self.owner and TrainingJob.objects.filter(owner=self.owner, name=data["name"]).exists():
-            self.add_error("name", DUPLICATE_NAME_MESSAGE)
         return data
 
     def job_fields(self) -> dict:

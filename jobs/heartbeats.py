@@ -1,69 +1,127 @@
 """Agents' heartbeats, off the database hot path: one book per console process.
 
 A heartbeat only updates this process's in-memory book; every FLUSH_SECONDS the book is written
-in one statement (jobs.nodes.record_heartbeats), which also records that the console is
+in one statement (jobs.nodes.registry.record_heartbeats), which also records that the console is
 listening (the watchdog's proof that a silence was the node's, not the console's). The time a
 node counts from is when the agent *sent* its newest processed heartbeat, corrected by the clock
 offset measured at its hello: a backlog in the console cannot make a dead node look alive.
+
+Each flush also compares, in one query, what every node of this process should run with what
+its connection last sent it: a desired-state push lost on the way (Redis full or down, a
+consumer's channel over capacity) is sent again within two flushes, whatever the agent reports.
+The re-send runs as its own task: it reads the node's placements in the shared pool of agent
+messages, and the book's loop must never wait behind that pool's backlog (a flush stalled
+for minutes would stop the console's proof that it listens, and no killed node would be Lost).
+A connection whose send is in flight (a push being handled, or a re-send) is not sent again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
+from typing import Protocol
 
-from . import nodes
-from .agent_db import agent_db
+from .agent_db import on_thread
+from .nodes import registry
 
 log = logging.getLogger(__name__)
 FLUSH_SECONDS = 2.0
+# the book's own thread (and database connection): under a backlog of agent messages in the shared
+# pool, the flush (the console's proof that it listens) must not wait minutes behind them, or
+# the watchdog could not declare a killed node Lost
+BOOK_THREAD = ThreadPoolExecutor(1, thread_name_prefix="heartbeat-book")
+STALE_CHECKS = 2  # flushes in a row that find a connection's desired state out of date (a push may be in flight)
+
+
+class AgentConnection(Protocol):
+    sent: frozenset[str]  # placement keys of the desired state it sent last
+    desired_in_flight: bool  # a send of its desired state has begun and not ended
+
+    async def superseded(self) -> None: ...
+
+    async def send_desired(self) -> None: ...
 
 
 class HeartbeatBook:
     def __init__(self) -> None:
-        self.pending: dict[int, nodes.Beat] = {}
-        # node id → what to do when its beat turns out to come from a replaced session
-        self.superseded: dict[tuple[int, int], Callable[[], Awaitable[None]]] = {}
+        self.pending: dict[int, registry.Beat] = {}
+        # (node id, session) → its open connection in this process
+        self.connections: dict[tuple[int, int], AgentConnection] = {}
+        self.stale: dict[tuple[int, int], int] = {}
+        self.resending: set[asyncio.Task] = set()  # re-sends under way (a reference keeps each alive)
         self._task: asyncio.Task | None = None
 
     def ensure_running(self) -> None:
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._run())
 
-    def watch(self, node_id: int, session: int, on_superseded: Callable[[], Awaitable[None]]) -> None:
-        self.superseded[(node_id, session)] = on_superseded
+    def watch(self, node_id: int, session: int, connection: AgentConnection) -> None:
+        self.connections[(node_id, session)] = connection
 
     def forget(self, node_id: int, session: int) -> None:
         """The connection of this session closed: its beats not yet written must not be either
         (written after the disconnect, they would make the node look alive again)."""
-        self.superseded.pop((node_id, session), None)
+        self.connections.pop((node_id, session), None)
+        self.stale.pop((node_id, session), None)
         beat = self.pending.get(node_id)
         if beat is not None and beat.session == session:
             del self.pending[node_id]
 
     def beat(self, node_id: int, session: int, sent_at: float) -> None:
-        self.pending[node_id] = nodes.Beat(node_id, session, datetime.fromtimestamp(sent_at, tz=UTC))
+        self.pending[node_id] = registry.Beat(node_id, session, datetime.fromtimestamp(sent_at, tz=UTC))
 
     async def flush(self) -> None:
         beats, self.pending = self.pending, {}
         try:
-            replaced = await agent_db(nodes.record_heartbeats)(list(beats.values()))
+            replaced = await on_thread(BOOK_THREAD, registry.record_heartbeats)(list(beats.values()))
         except Exception:
             log.warning("could not record %d heartbeat(s); keeping them for the next flush", len(beats), exc_info=True)
             for node_id, beat in beats.items():
                 self.pending.setdefault(node_id, beat)  # a newer beat that arrived meanwhile wins
             return
         for node_id in replaced:
-            close = self.superseded.get((node_id, beats[node_id].session))
-            if close is not None:
-                await close()
+            connection = self.connections.get((node_id, beats[node_id].session))
+            if connection is not None:
+                await connection.superseded()
+
+    async def check_desired(self) -> None:
+        """Send again the desired state of connections that missed a change (see the module)."""
+        watched = dict(self.connections)
+        if not watched:
+            return
+        try:
+            desired = await on_thread(BOOK_THREAD, registry.desired_keys)(sorted({node_id for node_id, _ in watched}))
+        except Exception:
+            log.warning("could not read the desired state of %d node(s)", len(watched), exc_info=True)
+            return
+        for key, connection in watched.items():
+            if connection.desired_in_flight or desired.get(key[0], frozenset()) == connection.sent:
+                self.stale.pop(key, None)
+                continue
+            self.stale[key] = self.stale.get(key, 0) + 1
+            if self.stale[key] >= STALE_CHECKS and key in self.connections:
+                del self.stale[key]
+                log.info("node %s missed a desired-state change; sending it again", key[0])
+                self._resend(connection)
+
+    def _resend(self, connection: AgentConnection) -> None:
+        connection.desired_in_flight = True  # until the send itself begins: the next check skips it
+        task = asyncio.get_running_loop().create_task(connection.send_desired())
+        self.resending.add(task)
+        task.add_done_callback(self._resent)
+
+    def _resent(self, task: asyncio.Task) -> None:
+        self.resending.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("could not send a desired state again", exc_info=task.exception())
 
     async def _run(self) -> None:
         while True:
             await asyncio.sleep(FLUSH_SECONDS)
             await self.flush()
+            await self.check_desired()
 
 
 BOOK = HeartbeatBook()  # one per console process (daphne), shared by its agent connections

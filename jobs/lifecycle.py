@@ -1,7 +1,7 @@
 """Actions on attempts: starting one on nodes, and what agents report about it.
 
-Like jobs.actions, each function is atomic, locks the job row, and changes status only
-through `actions.transition`.
+Like jobs.actions, each function is atomic and locks the job row; it writes the job only
+through jobs.actions (status, attempt, checkpoint, results).
 """
 
 from __future__ import annotations
@@ -64,11 +64,11 @@ def start_attempts(placed: Mapping[int, Sequence[Assignment]]) -> dict[int, JobA
                   gpu_indices=list(a.gpu_indices))
         for attempt in attempts for rank, a in enumerate(placed[attempt.job_id])
     ])
-    reasons = {}
-    for job, attempt in zip(jobs, attempts, strict=True):
-        reasons[job.pk] = _placed_reason(job, attempt, placed[job.pk], causes.get(job.pk, ""))
-        job.current_attempt = attempt.number
-    actions.start_attempts(jobs, reasons)
+    reasons = {
+        job.pk: _placed_reason(job, attempt, placed[job.pk], causes.get(job.pk, ""))
+        for job, attempt in zip(jobs, attempts, strict=True)
+    }
+    actions.start_attempts(jobs, {attempt.job_id: attempt.number for attempt in attempts}, reasons)
     sync_nodes_on_commit(a.node_id for assignments in placed.values() for a in assignments)
     return {attempt.job_id: attempt for attempt in attempts}
 
@@ -180,10 +180,8 @@ def _after_exit(job: TrainingJob, placement: Placement, report: PlacementReport)
             return
         if all(p.exit_code == 0 for p in placements):
             outputs = sorted({p.output_url.rsplit("/", 2)[0] for p in placements if p.output_url})
-            job.result_url = outputs[0] + "/" if outputs else ""
-            job.save(update_fields=["result_url", "updated_at"])
             failover.end_attempt(job, "Completed")
-            actions.transition(job.pk, JobStatus.COMPLETED, "Every node's command exited with code 0")
+            actions.complete_job(job.pk, "Every node's command exited with code 0", outputs[0] + "/" if outputs else "")
         return
     evidence = failover.evidence_for(placement)
     if report.image_error:
@@ -211,7 +209,5 @@ def commit_checkpoint(job_id: int, attempt: int, step: int, url: str) -> str:
     job = TrainingJob.objects.select_for_update().filter(pk=job_id).first()
     if job is None or job.current_attempt != attempt:
         return "stale"
-    if job.checkpoint_step is None or step > job.checkpoint_step:
-        job.checkpoint_step, job.checkpoint_url, job.checkpoint_at = step, url, timezone.now()
-        job.save(update_fields=["checkpoint_step", "checkpoint_url", "checkpoint_at", "updated_at"])
+    actions.set_checkpoint(job.pk, step, url)  # an older step than the newest changes nothing
     return "ok"

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 from collections.abc import Iterable
 
 import redis
-from asgiref.sync import async_to_sync
 from celery import current_app
-from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import transaction
+
+from console import live
 
 log = logging.getLogger(__name__)
 
@@ -22,20 +21,8 @@ def node_group(node_id: int) -> str:
 
 
 def _send(node_ids: set[int]) -> None:
-    layer = get_channel_layer()
-    if layer is None or not node_ids:
-        return
-
-    async def send_all() -> None:
-        # one event loop for every node (not one round trip each): a run may start hundreds
-        results = await asyncio.gather(
-            *(layer.group_send(node_group(node_id), {"type": "node.sync"}) for node_id in node_ids),
-            return_exceptions=True,
-        )
-        if any(isinstance(result, Exception) for result in results):  # Redis down: the agents' resync heals it
-            log.warning("could not notify %d of %d nodes", sum(isinstance(r, Exception) for r in results), len(node_ids))
-
-    async_to_sync(send_all)()
+    # a lost push is healed by the desired-state check of the agent's console process (jobs.heartbeats)
+    live.publish_many([(node_group(node_id), {"type": "node.sync"}) for node_id in node_ids])
 
 
 def sync_nodes_on_commit(node_ids: Iterable[int | None]) -> None:

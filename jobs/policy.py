@@ -11,14 +11,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from django.db.models import QuerySet
-
 from nodeagent import protocol
 
 from .capacity import Ledger, Reservation
 from .scheduling import Assignment, JobRequest
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only: this module runs without Django's ORM
+    from django.db.models import QuerySet
+
     from .models import TrainingJob
 
 

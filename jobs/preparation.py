@@ -9,6 +9,8 @@ verdict on an exit code the command never produced. Plain functions over plain d
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from .faults import Decision, Verdict
 
 
@@ -27,7 +29,17 @@ def preparation_decision(failure: str, message: str, node_name: str, exit_code: 
     return Decision(Verdict.USER, f"preparation failed on {node_name}: {detail}")
 
 
-def placement_decision(placement) -> Decision | None:
+class StoredPlacement(Protocol):
+    """What placement_decision reads of a jobs.models.Placement."""
+
+    failure: str
+    message: str
+    node_name: str
+    exit_code: int | None
+    exit_signal: int | None
+
+
+def placement_decision(placement: StoredPlacement) -> Decision | None:
     """preparation_decision for a stored Placement (jobs.models.Placement)."""
     return preparation_decision(placement.failure, placement.message, placement.node_name,
                                 placement.exit_code, placement.exit_signal)

@@ -15,7 +15,7 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
-from . import actions, bulk, failover, lifecycle, policy
+from . import actions, bulk, events, failover, lifecycle, policy
 from .capacity import Ledger
 from .capacity_load import load_ledger, stop_grace
 from .choices import JobStatus, LearningType
@@ -105,6 +105,11 @@ def _release_warm(jobs: dict[int, TrainingJob], started: Mapping[int, Sequence[A
 
 def run(now: datetime | None = None) -> RunSummary:
     """Place waiting jobs on free capacity (gang, priority then FIFO, with backfill); idempotent."""
+    with events.batched():  # the run's job events (sent on commit) go out together
+        return _run(now)
+
+
+def _run(now: datetime | None) -> RunSummary:
     with transaction.atomic():
         take_scheduler_lock()
         now = now or timezone.now()

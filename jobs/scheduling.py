@@ -231,7 +231,7 @@ def _place(run: _Run, request: JobRequest, pools: list[_Pools]) -> list[Assignme
     if len(fitting) < request.node_count:
         return None
 
-    def cost(p: _Pools) -> tuple:
+    def cost(p: _Pools) -> tuple[int, bool, int, str]:
         unheld = len(p.free) + len(p.own_warm)
         evictions = max(0, need - unheld)
         return (evictions, p.node.node.node_id not in request.warm_nodes, unheld, p.node.node.name)
@@ -251,7 +251,7 @@ def _claim(run: _Run, request: JobRequest, pools: list[_Pools], decision: Decisi
     if len(fitting) < request.node_count:
         return None
 
-    def cost(p: _Pools) -> tuple:
+    def cost(p: _Pools) -> tuple[int, int, int, str]:
         short = max(0, need - p.ready)
         spot_needed = max(0, short - len(p.releasing))
         return (spot_needed, short, p.releasable(), p.node.node.name)
@@ -286,6 +286,11 @@ def _claim(run: _Run, request: JobRequest, pools: list[_Pools], decision: Decisi
     return "Waiting for GPUs that stopping jobs are releasing"
 
 
+# What a request can use, whoever owns it: server type, GPUs per node, nodes, spot, workspace,
+# excluded nodes (the fields schedule() compares requests by)
+_Shape = tuple[str, int, int, bool, int | None, frozenset[int]]
+
+
 def schedule(requests: Iterable[JobRequest], ledger: Ledger, admission: Admission | None = None) -> Decision:
     """Place what fits, claim what is being released, say why the rest waits."""
     run = _Run(ledger)
@@ -293,13 +298,13 @@ def schedule(requests: Iterable[JobRequest], ledger: Ledger, admission: Admissio
     # capacity only shrinks during a run: a shape that neither fit nor could claim cannot later
     # (what a request can use does not depend on its owner), so a long queue of jobs that wait
     # costs one look per shape, and one count of what blocks it while nothing changes
-    hopeless: set[tuple] = set()
-    blockers: dict[tuple, _Blockers] = {}
+    hopeless: set[_Shape] = set()
+    blockers: dict[tuple[_Shape, int], _Blockers] = {}  # (shape, changes so far): what blocks it
     for request in requests:
         if admission is not None and (blocked := admission.block(request)):
             decision.waiting[request.job_id] = blocked
             continue
-        shape = (request.server_type, request.gpus_per_node, request.node_count, request.spot,
+        shape: _Shape = (request.server_type, request.gpus_per_node, request.node_count, request.spot,
                  request.workspace_id, request.excluded_nodes)
         if shape in hopeless:
             seen = (shape, len(run.changes))

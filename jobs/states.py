@@ -5,7 +5,7 @@ Every status change goes through `check_transition`; `jobs.actions` applies it a
 
 from __future__ import annotations
 
-from .choices import JobStatus as S
+from .statuses import Status as S
 
 
 class IllegalTransition(ValueError):

@@ -7,8 +7,9 @@ import logging
 from celery import shared_task
 from django.db import transaction
 
-from . import failover, nodes, notify, scheduler_run
+from . import events, failover, notify, scheduler_run
 from .models import Placement, TrainingJob
+from .nodes import registry
 
 log = logging.getLogger(__name__)
 
@@ -18,6 +19,14 @@ def schedule_jobs() -> dict:
     """Place waiting jobs on free capacity (jobs.scheduler_run); idempotent."""
     notify.schedule_request_taken()
     return scheduler_run.run().counts()
+
+
+@shared_task(ignore_result=True)
+def scheduler_tick() -> None:
+    """The periodic run, asked for like any event: while one is queued, a tick adds nothing (a
+    tick per interval behind a long run would hold every worker thread on the scheduler lock,
+    and the watchdog's tasks would wait behind them)."""
+    notify.request_schedule()
 
 
 @shared_task(acks_late=True, ignore_result=True)
@@ -33,7 +42,8 @@ def recheck_interruption(job_id: int, placement_id: int) -> None:
 
 @shared_task(acks_late=True, ignore_result=True)
 def watch_heartbeats() -> list[str]:
-    lost = nodes.watch_heartbeats()
+    with events.batched():  # a rack lost at once fails over many jobs: their events go out together
+        lost = registry.watch_heartbeats()
     if lost:
         log.warning("nodes lost (no heartbeat): %s", ", ".join(lost))
     return lost
@@ -42,4 +52,5 @@ def watch_heartbeats() -> list[str]:
 @shared_task(acks_late=True, ignore_result=True)
 def finish_failover_assessments() -> list[int]:
     """Recheck jobs left assessing a failover past their recheck time (a lost delayed task)."""
-    return failover.finish_overdue_assessments()
+    with events.batched():
+        return failover.finish_overdue_assessments()

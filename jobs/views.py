@@ -6,7 +6,6 @@ from django.conf import settings
 from django.contrib import messages
 from django.core.paginator import Paginator
 from django.db import IntegrityError
-from django.db.models import Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -16,6 +15,7 @@ from workspaces.pricing import hourly_estimate
 
 from . import actions
 from .choices import TERMINAL_STATUSES, JobStatus, LearningType
+from .filters import JobFilter
 from .forms import TrainingJobForm, tags_from_post
 from .models import ServerType, TrainingJob
 from .validation import DUPLICATE_NAME_MESSAGE, tags_error
@@ -35,23 +35,19 @@ def _list_context(request: HttpRequest) -> dict:
         .select_related("server_type")
         .prefetch_related("tags")
     )
-    status = request.GET.get("status", "")
-    learning_type = request.GET.get("learning_type", "")
-    query = request.GET.get("q", "").strip()
-    if status:
-        jobs = jobs.filter(status=status)
-    if learning_type:
-        jobs = jobs.filter(learning_type=learning_type)
-    if query:
-        jobs = jobs.filter(
-            Q(name__icontains=query) | Q(tags__key__icontains=query) | Q(tags__value__icontains=query)
-        ).distinct()
+    # the page's search box is `q` (its links keep it); the filter's name for it is `search`
+    filters = {"status": request.GET.get("status", ""), "learning_type": request.GET.get("learning_type", ""),
+               "q": request.GET.get("q", "").strip()}
+    filterset = JobFilter({**filters, "search": filters["q"]}, queryset=jobs)
+    # a wrong value says so above an empty list, as the API answers 400 for it
+    jobs = filterset.qs if filterset.is_valid() else jobs.none()
     page = Paginator(jobs, settings.JOBS_PAGE_SIZE).get_page(request.GET.get("page"))
     return {
         "page": page,
         "statuses": JobStatus.choices,
         "learning_types": LearningType.choices,
-        "filters": {"status": status, "learning_type": learning_type, "q": query},
+        "filters": filters,
+        "filter_errors": [message for messages in filterset.errors.values() for message in messages],
     }
 
 

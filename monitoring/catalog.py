@@ -88,7 +88,7 @@ NODE_METRICS: tuple[Metric, ...] = tuple(m for m in METRICS.values() if m.scope 
 JOB_METRICS: tuple[Metric, ...] = GPU_METRICS + TRAINING_METRICS
 
 
-def as_json() -> list[dict]:
+def as_json() -> list[dict[str, str | bool]]:
     """The catalogue for pages (chart titles, units, primary statistics)."""
     return [
         {"name": m.name, "label": m.label, "unit": m.unit, "description": m.description,

@@ -16,7 +16,7 @@ from urllib.parse import parse_qs
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from jobs.consumers import CLOSE_NOT_FOUND, CLOSE_UNAUTHENTICATED, refuse
+from console.sockets import CLOSE_NOT_FOUND, CLOSE_RETRY, CLOSE_UNAUTHENTICATED, refuse
 from jobs.models import TrainingJob
 
 from . import log_cursor, queries
@@ -26,7 +26,6 @@ log = logging.getLogger(__name__)
 
 PAGE_LINES = 2000  # lines per message while catching up
 CATCH_UP_LIMIT = 20_000  # the page keeps this many; further behind, it starts afresh from the tail
-CLOSE_RETRY = 1011  # a server-side failure: the page reconnects (with its cursor)
 
 
 def _owns(user, job_id: int) -> bool:

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import logging
 
-from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
 from django.db import connection
 
+from console import live
 from jobs.agent_writes import placement_target
 from jobs.models import TrainingJob
 from nodeagent import protocol_checks
@@ -69,14 +68,10 @@ def _insert_postgresql(job_id: int, stream: str, attempt: int, lines: list[list]
 
 
 def publish_lines(job_id: int, stream: str, attempt: int, lines: list[list]) -> None:
-    layer = get_channel_layer()
-    if layer is None or not lines:
+    if not lines:
         return
     event = LogLinesEvent(
         type="log.lines", stream=stream, attempt=attempt,
         lines=[[seq, ts, text[:MAX_LINE_CHARS]] for seq, ts, text in lines],
     )
-    try:
-        async_to_sync(layer.group_send)(logs_group(job_id), dict(event))
-    except Exception:  # the lines are stored; a watcher catches up from the backlog on reconnect
-        log.warning("could not publish log lines of job %s", job_id, exc_info=True)
+    live.publish(logs_group(job_id), dict(event))  # lost: a watcher catches up from its cursor

@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from typing import Any
 
 VERSION = "2"
 MAX_ID = 2**63 - 1  # PostgreSQL bigint
@@ -53,7 +54,7 @@ def decode(cursor: str) -> Positions:
     return positions
 
 
-def advance(positions: Positions, lines: list[dict]) -> Positions:
+def advance(positions: Positions, lines: list[dict[str, Any]]) -> Positions:
     """The positions after reading `lines` (each with its stream and id)."""
     moved = dict(positions)
     for line in lines:

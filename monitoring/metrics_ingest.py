@@ -17,11 +17,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
 from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 
+from console import live
 from jobs.agent_writes import RefusedWrite, metric_jobs
 from jobs.events import job_group
 from jobs.models import Node
@@ -209,9 +208,6 @@ def mark_dirty(start: datetime) -> None:
 
 def publish(node: str, samples: list[Sample]) -> None:
     """Send each job's new samples to the browsers watching it (group `job-<id>`)."""
-    layer = get_channel_layer()
-    if layer is None:
-        return
     by_job: dict[int, list[list]] = defaultdict(list)
     now = time.time()
     for s in samples:
@@ -221,7 +217,4 @@ def publish(node: str, samples: list[Sample]) -> None:
             by_job[s.job_id].append([s.metric, s.ts, s.value, dims])
     for job_id, job_samples in by_job.items():
         event = MetricsEvent(type="job.metrics", job_id=job_id, samples=job_samples)
-        try:
-            async_to_sync(layer.group_send)(job_group(job_id), dict(event))
-        except Exception:  # the samples are stored; the chart shows them on its next load
-            log.warning("could not publish metrics of job %s", job_id, exc_info=True)
+        live.publish(job_group(job_id), dict(event))  # lost: the chart shows them on its next load

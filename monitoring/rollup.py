@@ -87,7 +87,7 @@ def combine(rollups: Iterable[tuple[Hashable, float, int, float, float, float]],
 
 def _accumulate(rows: Iterable[tuple[Hashable, float, int, float, float, float]], period: int) -> dict[tuple[Hashable, float], Stats]:
     # mutable [count, sum, min, max] per bucket: a 7-day chart merges ~16,000 rows per request
-    buckets: dict[tuple[Hashable, float], list] = {}
+    buckets: dict[tuple[Hashable, float], list[float]] = {}
     for key, ts, count, total, minimum, maximum in rows:
         bucket = (key, math.floor(ts / period) * period)
         acc = buckets.get(bucket)
@@ -100,7 +100,7 @@ def _accumulate(rows: Iterable[tuple[Hashable, float, int, float, float, float]]
                 acc[2] = minimum
             if maximum > acc[3]:
                 acc[3] = maximum
-    return {bucket: Stats(*acc) for bucket, acc in buckets.items()}
+    return {bucket: Stats(int(count), total, low, high) for bucket, (count, total, low, high) in buckets.items()}
 
 
 def is_late(ts: float, now: float, margin: float = LATE_MARGIN) -> bool:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from decimal import Decimal
+from typing import TypeVar
 
 NON_FIELD = "non_field_errors"  # DRF's key for errors of no single field; the form shows them on top
 
@@ -48,9 +49,13 @@ class Limits:
         return self == Limits()
 
 
-def _most(values: list) -> object:
+Number = TypeVar("Number", int, Decimal)
+
+
+def _most(values: list[Number | None]) -> Number | None:
     """The most generous of several limits: no limit beats any number."""
-    return None if any(v is None for v in values) else max(values)
+    numbers = [v for v in values if v is not None]
+    return None if len(numbers) < len(values) else max(numbers)
 
 
 def effective_limits(own: Limits | None, groups: Iterable[Limits]) -> Limits:
@@ -59,12 +64,12 @@ def effective_limits(own: Limits | None, groups: Iterable[Limits]) -> Limits:
     groups = list(groups)
     if not groups:
         return Limits()
-    types = [g.allowed_server_types for g in groups]
+    types = [g.allowed_server_types for g in groups if g.allowed_server_types is not None]
     return Limits(
         max_gpus_in_use=_most([g.max_gpus_in_use for g in groups]),
         max_concurrent_jobs=_most([g.max_concurrent_jobs for g in groups]),
         max_nodes_per_job=_most([g.max_nodes_per_job for g in groups]),
-        allowed_server_types=None if any(t is None for t in types) else frozenset().union(*types),
+        allowed_server_types=None if len(types) < len(groups) else frozenset[str]().union(*types),
         spot_allowed=any(g.spot_allowed for g in groups),
         workspaces_allowed=any(g.workspaces_allowed for g in groups),
         monthly_gpu_hour_budget=_most([g.monthly_gpu_hour_budget for g in groups]),

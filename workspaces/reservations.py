@@ -19,11 +19,10 @@ from django.utils import timezone
 from jobs import actions as job_actions
 from jobs.capacity import GpuUse, Ledger, NodeLedger, Reservation
 from jobs.capacity_load import load_ledger
-from jobs.choices import ACTIVE_STATUSES, TERMINAL_STATUSES, JobStatus
 from jobs.locks import take_scheduler_lock
 from jobs.models import Placement, TrainingJob
 from jobs.models.attempts import HOLDING_STATES
-from jobs.notify import schedule_on_commit, sync_nodes_on_commit
+from jobs.notify import schedule_on_commit
 
 from .choices import WorkspaceStatus
 from .models import Workspace, WorkspaceNode
@@ -31,10 +30,6 @@ from .status import move, remove, set_reason
 from .usage import archive_workspace
 
 log = logging.getLogger(__name__)
-
-# jobs of a cancelled workspace that are still waiting or running are stopped
-STOPPABLE = frozenset(JobStatus) - TERMINAL_STATUSES - {JobStatus.TERMINATING}
-
 
 def active_reservations() -> list[Reservation]:
     """Every node a workspace holds now, as the capacity ledger reads it."""
@@ -123,14 +118,8 @@ def _unhealthy(rows: list[WorkspaceNode]) -> list[str]:
 
 def stop_jobs(workspace: Workspace, reason: str) -> int:
     """Stop the workspace's jobs that wait or run (idempotent); agents stop their processes."""
-    stopped = 0
-    for job in TrainingJob.objects.select_for_update().filter(workspace=workspace, status__in=STOPPABLE):
-        active = job.status in ACTIVE_STATUSES
-        job_actions.transition(job.pk, JobStatus.STOPPED, reason)
-        if active:
-            sync_nodes_on_commit(Placement.objects.filter(attempt__job=job, state__in=HOLDING_STATES).values_list("node_id", flat=True))
-        stopped += 1
-    return stopped
+    job_ids = TrainingJob.objects.filter(workspace=workspace, status__in=job_actions.STOPPABLE).values_list("pk", flat=True)
+    return sum(job_actions.stop_job(job_id, reason) for job_id in job_ids)
 
 
 def _finish_termination(workspace: Workspace, rows: list[WorkspaceNode], ledger: Ledger) -> bool:

@@ -47,7 +47,7 @@ class JobConfig:
 
 def newest(entries: Iterable[WarmEntry]) -> list[WarmEntry]:
     """One entry per (node, owner, image, script): the latest to end decides the keep-alive."""
-    latest: dict[tuple, WarmEntry] = {}
+    latest: dict[tuple[int, int, str, str], WarmEntry] = {}
     for entry in entries:
         key = (entry.node_id, entry.owner_id, entry.image, entry.script_url)
         if key not in latest or entry.ended_at > latest[key].ended_at:

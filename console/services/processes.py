@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import socket
 import sys
 from pathlib import Path
 
@@ -15,11 +16,15 @@ CONNECT_TIMEOUT_SECONDS = 30
 WORKER_QUEUES = "celery,watchdog"
 
 
-def daphne_command(port: int | str, host: str = "127.0.0.1", python: str = sys.executable) -> list[str]:
+def daphne_command(port: int | str, host: str = "127.0.0.1", python: str = sys.executable,
+                   fd: int | None = None) -> list[str]:
     """The daphne command line: frames and messages up to the protocol's limit (an agent's
-    largest batch is far below it; daphne's default 1 MiB would cut legitimate ones off)."""
+    largest batch is far below it; daphne's default 1 MiB would cut legitimate ones off).
+    With `fd`, daphne serves an inherited listening socket instead: several processes share one
+    port and the kernel hands each new connection to one of them (see `listening_socket`)."""
+    bind = ["--fd", str(fd)] if fd is not None else ["-b", host, "-p", str(port)]
     return [
-        python, "-m", "daphne", "-b", host, "-p", str(port),
+        python, "-m", "daphne", *bind,
         "--websocket-max-message-size", str(MAX_MESSAGE_BYTES), "--websocket-max-frame-size", str(MAX_MESSAGE_BYTES),
         "--websocket_connect_timeout", str(CONNECT_TIMEOUT_SECONDS),
         "console.asgi:application",
@@ -36,3 +41,23 @@ def worker_command(log_level: str = "warning", concurrency: int = 4, python: str
 
 def beat_command(schedule_file: Path, log_level: str = "warning", python: str = sys.executable) -> list[str]:
     return [python, "-m", "celery", "-A", "console", "beat", "-l", log_level, "-s", str(schedule_file)]
+
+
+def listening_socket(port: int | str, host: str = "127.0.0.1") -> socket.socket:
+    """A listening TCP socket that child processes inherit (daphne `--fd`): how several daphne
+    processes serve one address without a proxy in front."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, int(port)))
+    sock.listen(1024)
+    sock.set_inheritable(True)
+    return sock
+
+
+def console_commands(port: int | str, count: int = 1) -> tuple[list[tuple[str, list[str]]], socket.socket | None]:
+    """The daphne processes of one console: one on the port, or `count` sharing an inherited
+    listening socket (returned: pass its fd to each and close it once they started)."""
+    if count == 1:
+        return [("daphne", daphne_command(port))], None
+    sock = listening_socket(port)
+    return [(f"daphne-{i + 1}", daphne_command(port, fd=sock.fileno())) for i in range(count)], sock

@@ -1,6 +1,6 @@
 """API representations of Training Jobs and server types.
 
-Validation is jobs.validation's, so the API answers with the same messages as the form;
+Validation is jobs.submission's, as the form's, so the API answers with the same messages;
 field types are left loose on purpose (no DRF max_length) so those messages win.
 """
 
@@ -11,7 +11,6 @@ from decimal import ROUND_HALF_UP
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from workspaces.admission import job_errors as workspace_job_errors
 from workspaces.admission import workspace_for
 from workspaces.pricing import hourly_estimate
 from workspaces.usage import job_bill
@@ -19,13 +18,11 @@ from workspaces.usage import job_bill
 from .. import environments
 from ..choices import Framework, LearningType
 from ..models import JobStatusChange, ServerType, TrainingJob
-from ..script_check import script_object_error
+from ..submission import check_new_job
 from ..validation import (
-    DUPLICATE_NAME_MESSAGE,
     FRAMEWORK_MESSAGE,
     INTEGER_MESSAGE,
     LEARNING_TYPE_MESSAGE,
-    allocation_for,
     validate_job,
 )
 
@@ -168,22 +165,9 @@ class TrainingJobSerializer(serializers.ModelSerializer):
     def validate(self, attrs: dict) -> dict:
         if self.instance is not None:
             return self._validate_update(attrs)
-        framework = attrs.get("framework")
-        offered = environments.offered_versions()
-        if framework in Framework.values and not attrs.get("framework_version"):
-            attrs["framework_version"] = environments.default_version(framework, offered) or ""
-        server_types = {st.name: st.info() for st in ServerType.objects.all()}
-        info = server_types.get(attrs.get("server_type", ""))
-        if attrs.get("memory_gb") is None and info is not None:
-            allocation = allocation_for(info, attrs.get("gpus_per_node") or 0)
-            attrs["memory_gb"] = allocation.memory_gb if allocation else None
-        errors = validate_job(attrs, server_types, framework_versions=offered)
-        if attrs.get("script_url") and "script_url" not in errors and (message := script_object_error(attrs["script_url"])):
-            errors["script_url"] = message
         owner = self.context["request"].user
-        if "name" not in errors and TrainingJob.objects.filter(owner=owner, name=attrs["name"]).exists():
-            errors["name"] = DUPLICATE_NAME_MESSAGE
-        errors = {**workspace_job_errors(owner, attrs), **errors}  # quotas, workspace, keep-alive
+        server_types = {st.name: st.info() for st in ServerType.objects.all()}
+        errors = check_new_job(owner, attrs, server_types, environments.offered_versions())
         if errors:
             raise serializers.ValidationError(errors)
         attrs["workspace"] = workspace_for(owner, attrs.get("workspace"))

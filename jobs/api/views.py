@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 from django.db import IntegrityError
-from django.db.models import Q
+from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.authentication import SessionAuthentication, TokenAuthentication
 from rest_framework.response import Response
 
+from console.api_schema import QUERY_ERRORS
 from workspaces.usage import bill_queryset
 
 from .. import actions
+from ..filters import JobFilter
 from ..models import ServerType, TrainingJob
 from ..validation import DUPLICATE_NAME_MESSAGE
 from .serializers import ServerTypeSerializer, TrainingJobSerializer
@@ -24,27 +26,28 @@ AUTHENTICATION = [TokenAuthentication, SessionAuthentication]
 class TrainingJobViewSet(viewsets.ModelViewSet):
     authentication_classes = AUTHENTICATION
     serializer_class = TrainingJobSerializer
+    filter_backends = [DjangoFilterBackend]
+    filterset_class = JobFilter
     http_method_names = ["get", "post", "patch", "delete", "head", "options"]
 
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):  # drf-spectacular reading the types: no user
             return TrainingJob.objects.none()
-        jobs = (
+        return (
             bill_queryset()  # with what the cost reads (workspaces.usage.job_bill)
             .filter(owner=self.request.user)
             .select_related("workspace")
             .prefetch_related("tags", "status_changes")
         )
-        params = self.request.query_params
-        if value := params.get("status"):
-            jobs = jobs.filter(status=value)
-        if value := params.get("learning_type"):
-            jobs = jobs.filter(learning_type=value)
-        if value := params.get("search"):
-            jobs = jobs.filter(
-                Q(name__icontains=value) | Q(tags__key__icontains=value) | Q(tags__value__icontains=value)
-            ).distinct()
-        return jobs
+
+    def filter_queryset(self, queryset):
+        # the filters are the list's: one job's URL answers the same whatever its query string
+        return super().filter_queryset(queryset) if self.action == "list" else queryset
+
+    @extend_schema(responses={200: TrainingJobSerializer(many=True), 400: QUERY_ERRORS})
+    def list(self, request, *args, **kwargs):
+        """The caller's jobs, filtered (jobs.filters.JobFilter, shared with the list page)."""
+        return super().list(request, *args, **kwargs)
 
     def perform_create(self, serializer):
         data = dict(serializer.validated_data)

@@ -9,6 +9,7 @@ from django.db import models
 from django.urls import reverse
 
 from console import crypto
+from console.history import StatusChange
 
 from ..catalogue import Allocation, allocations
 from ..choices import FRAMEWORK_VERSIONS, Framework, JobStatus, LearningType
@@ -154,17 +155,8 @@ class JobTag(models.Model):
         return f"{self.key}={self.value}"
 
 
-class JobStatusChange(models.Model):
-    """One row per status change: the job's history (healthchecks' Flip)."""
+class JobStatusChange(StatusChange):
+    """One row per status change (and per failover decision): the job's history."""
 
+    SUBJECT = "job"
     job = models.ForeignKey(TrainingJob, on_delete=models.CASCADE, related_name="status_changes")
-    old_status = models.CharField(max_length=40, blank=True)
-    new_status = models.CharField(max_length=40)
-    reason = models.CharField(max_length=500, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-
-    class Meta:
-        ordering = ["created_at", "id"]
-
-    def __str__(self) -> str:
-        return f"{self.job_id}: {self.old_status or '∅'} → {self.new_status}"

@@ -14,10 +14,11 @@ from monitoring import ingest, metrics_ingest
 from nodeagent import protocol
 from nodeagent.protocol import stream_role
 
-from .. import lifecycle, nodes
+from .. import lifecycle
 from ..agent_db import agent_db
 from ..agent_socket import ProtocolConsumer, bearer_token
 from ..agent_writes import RefusedWrite
+from ..nodes import registry
 from . import runs, steps
 
 log = logging.getLogger(__name__)
@@ -103,7 +104,7 @@ class SlurmStepConsumer(ProtocolConsumer):
         self.sender = f"slurm node {name} (job {self.run.attempt.job_id})"
         await self.send_json(protocol.Welcome(
             type="welcome", node_id=0, heartbeat_interval=protocol.HEARTBEAT_INTERVAL,
-            object_storage=await agent_db(nodes.object_storage_settings)(),
+            object_storage=await agent_db(registry.object_storage_settings)(),
         ))
         await self._send_desired()
 

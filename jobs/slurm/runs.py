@@ -17,7 +17,6 @@ from monitoring.models import LogLine
 from nodeagent.protocol import stream_role
 
 from .. import actions, console_log, lifecycle
-from ..choices import JobStatus
 from ..faults import ExitEvidence, classify
 from ..models import JobAttempt, Placement, PlacementState, TrainingJob
 from ..models.attempts import HOLDING_STATES, AttemptKind
@@ -44,8 +43,6 @@ def begin_run(slurm_job: SlurmJob, job: TrainingJob, restart: int, nodes: tuple[
                   gpu_indices=list(range(job.gpus_per_node)), started_at=started_at)
         for rank, name in enumerate(nodes)
     ])
-    job.current_attempt = number
-    job.save(update_fields=["current_attempt", "updated_at"])
     run = SlurmRun.objects.create(slurm_job=slurm_job, attempt=attempt, restart_count=restart, nodes=list(nodes),
                                   started_at=started_at)
     where = f"Slurm job {slurm_job.slurm_job_id} on {', '.join(nodes)}"
@@ -62,7 +59,7 @@ def begin_run(slurm_job: SlurmJob, job: TrainingJob, restart: int, nodes: tuple[
     for rank, name in enumerate(nodes):
         console_log.write(job.pk, stream_role(rank), number, f"[SLURM] {where}, partition "
                           f"{slurm_job.cluster.partition_for(job.learning_type)}; this node ({name}) is rank {rank}")
-    actions.transition(job.pk, JobStatus.CREATING, reason)
+    actions.start_attempts([job], {job.pk: number}, {job.pk: reason})  # the caller locked the job
     return run
 
 

@@ -14,7 +14,7 @@ from nodeagent import protocol
 
 from ..choices import JobStatus
 from ..models import Placement, TrainingJob
-from ..nodes import checkpoint_environment
+from ..nodes.registry import checkpoint_environment
 from . import jobcomp, runs, sync
 from .adapters import SlurmJobView
 from .client import SlurmError

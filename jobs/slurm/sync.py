@@ -214,10 +214,8 @@ def _carry_out(step: Step, slurm_job: SlurmJob, job: TrainingJob, run: SlurmRun 
         _close(run, view, record)
         placements = run.attempt.placements.all()
         outputs = sorted({p.output_url.rsplit("/", 2)[0] for p in placements if p.output_url})
-        job.result_url = outputs[0] + "/" if outputs else ""
-        job.save(update_fields=["result_url", "updated_at"])
         failover.end_attempt(job, "Completed")
-        actions.transition(job.pk, JobStatus.COMPLETED, step.reason)
+        actions.complete_job(job.pk, step.reason, outputs[0] + "/" if outputs else "")
         _finished(slurm_job)
     elif action is Action.FAIL:
         open_run = run if run is not None and run.attempt.ended_at is None else None
@@ -285,14 +283,12 @@ def _interrupted(step: Step, slurm_job: SlurmJob, job: TrainingJob, run: SlurmRu
         _finished(slurm_job)
         _cancel(slurm_job, client, force=True)
         return
-    job.failover_count += 1
-    job.save(update_fields=["failover_count", "updated_at"])
+    count = job.failover_count + 1
     failover.end_attempt(job, cause)
     runs.say(job, f"[FAILOVER] {_capitalise(cause)}; Slurm requeued the job on healthy nodes "
-                  f"(failover {job.failover_count} of {failover.MAX_FAILOVERS})")
-    actions.transition(job.pk, JobStatus.FAILOVER_IN_PROGRESS,
-                       f"Reallocating to healthy nodes after {cause}: Slurm requeued the job "
-                       f"(failover {job.failover_count} of {failover.MAX_FAILOVERS})")
+                  f"(failover {count} of {failover.MAX_FAILOVERS})")
+    actions.count_failover(job.pk, f"Reallocating to healthy nodes after {cause}: Slurm requeued the job "
+                                   f"(failover {count} of {failover.MAX_FAILOVERS})", JobStatus.FAILOVER_IN_PROGRESS)
 
 
 def _finished(slurm_job: SlurmJob) -> None:

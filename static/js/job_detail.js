@@ -40,9 +40,33 @@
     document.dispatchEvent(new CustomEvent("job-gone"));
   }
 
+  // `job.fields` (jobs.actions): the fields below changed; rendered like the template does
+  function setText(id, parts) {
+    const element = document.getElementById(id);
+    if (!element) return;
+    element.replaceChildren(...parts.map((part) => {
+      if (typeof part === "string") return document.createTextNode(part);
+      const code = document.createElement("code");
+      code.textContent = part.code;
+      return code;
+    }));
+  }
+  function showFields(fields) {
+    if ("failover_count" in fields) setText("failover-count", [`${fields.failover_count} of 3`]);
+    if ("checkpoint_step" in fields) setText("checkpoint", [`step ${fields.checkpoint_step} `, { code: fields.checkpoint_url }]);
+    if ("result_url" in fields) setText("result-url", fields.result_url ? [{ code: fields.result_url }] : ["—"]);
+    if ("started_warm" in fields) {
+      setText("warm-start", [(fields.started_warm ? "Yes" : "No") + (fields.warm_note ? ` — ${fields.warm_note}` : "")]);
+    }
+  }
+
   LiveSocket.open(`/ws/jobs/${meta.id}/`, {
     message(event) {
       document.dispatchEvent(new CustomEvent("job-event", { detail: event }));
+      if (event.type === "job.fields") {
+        showFields(event.fields);
+        return;
+      }
       if (event.type === "job.reason") {
         document.getElementById("job-status-reason").textContent = event.reason;
         return;

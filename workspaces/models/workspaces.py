@@ -8,6 +8,8 @@ from django.conf import settings
 from django.db import models
 from django.urls import reverse
 
+from console.history import StatusChange
+
 from ..choices import WorkspaceStatus
 from ..pricing import WorkspaceEstimate, workspace_estimate
 
@@ -73,17 +75,8 @@ class WorkspaceNode(models.Model):
         return f"{self.workspace} ← {self.node_name}"
 
 
-class WorkspaceStatusChange(models.Model):
+class WorkspaceStatusChange(StatusChange):
     """One row per status change: the workspace's history."""
 
+    SUBJECT = "workspace"
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="status_changes")
-    old_status = models.CharField(max_length=16, blank=True)
-    new_status = models.CharField(max_length=16)
-    reason = models.CharField(max_length=500, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-
-    class Meta:
-        ordering = ["created_at", "id"]
-
-    def __str__(self) -> str:
-        return f"{self.workspace_id}: {self.old_status or '∅'} → {self.new_status}"

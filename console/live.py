@@ -1,0 +1,122 @@
+"""Sending live events to browsers and agents (Channels groups) without holding a database thread.
+
+Code running in one of daphne's worker threads (agent messages, API requests) hands each event
+to one sender task on daphne's event loop and goes on; the sender sends them in the order they
+came, so a page never sees an older status after a newer one. Anywhere else (a Celery worker,
+a management command, a test without a running server loop) the event is sent at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+
+log = logging.getLogger(__name__)
+MAX_QUEUED = 100_000  # beyond this (Redis far behind) events are dropped: pages re-read on reload
+
+_loop: asyncio.AbstractEventLoop | None = None
+_queue: asyncio.Queue[tuple[str, dict[str, Any]]] | None = None
+_lock = threading.Lock()
+
+
+def attach(loop: asyncio.AbstractEventLoop) -> None:
+    """Called on the server's event loop (console.asgi): its worker threads publish through it."""
+    global _loop, _queue
+    with _lock:
+        if _loop is loop and _queue is not None:
+            return
+        _loop, _queue = loop, asyncio.Queue(MAX_QUEUED)
+        loop.create_task(_send_in_order(_queue))
+
+
+def detach() -> None:
+    """Forget the server loop (its server stopped, or a test's loop outlived the test): events are
+    sent where they are made until the next WebSocket attaches a loop again."""
+    global _loop, _queue
+    with _lock:
+        _loop = _queue = None
+
+
+async def _send_in_order(queue: asyncio.Queue[tuple[str, dict[str, Any]]]) -> None:
+    layer = get_channel_layer()
+    while True:
+        group, message = await queue.get()
+        try:
+            await layer.group_send(group, message)
+        except Exception:  # Redis down: the page shows the truth on reload, agents resync
+            log.warning("could not publish %s to %s", message.get("type"), group, exc_info=True)
+
+
+def _enqueue(queue: asyncio.Queue, item: tuple[str, dict[str, Any]]) -> None:
+    try:
+        queue.put_nowait(item)
+    except asyncio.QueueFull:
+        log.warning("live events queue full: dropped %s to %s", item[1].get("type"), item[0])
+
+
+def _queued(group: str, message: dict[str, Any]) -> bool:
+    """Hand the event to the server loop's sender when there is one; False means send it here."""
+    loop, queue = _loop, _queue
+    if loop is None or queue is None or not loop.is_running() or loop.is_closed():
+        return False
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:  # a worker thread: no loop of its own
+        running = None
+    if running is loop:  # already on the server loop (an async consumer)
+        _enqueue(queue, (group, message))
+        return True
+    if running is not None:  # some other loop (a test's): send directly
+        return False
+    try:
+        loop.call_soon_threadsafe(_enqueue, queue, (group, message))
+        return True
+    except RuntimeError:  # the loop closed meanwhile
+        return False
+
+
+def publish(group: str, message: dict[str, Any]) -> None:
+    """Send `message` to a Channels group; never raises (a lost live event costs a reload)."""
+    publish_many([(group, message)])
+
+
+def publish_many(items: list[tuple[str, dict[str, Any]]]) -> None:
+    """Send several events; outside the server loop all of them in one event loop (a scheduler
+    run may notify a thousand nodes: one loop and one Redis pool, not one of each per node)."""
+    items = [item for item in items if not _queued(*item)]
+    if not items:
+        return
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    try:
+        async_to_sync(_send_all)(layer, items)
+    except Exception:  # e.g. called inside some other running loop
+        log.warning("could not publish %d live event(s)", len(items), exc_info=True)
+
+
+# groups sent to at once: a run that notifies thousands must stay well inside the layer's Redis
+# pool (CHANNEL_LAYER_MAX_CONNECTIONS), or the sends beyond it fail with "Too many connections"
+SEND_CONCURRENCY = 32
+
+
+async def _send_all(layer: Any, items: list[tuple[str, dict[str, Any]]]) -> None:
+    by_group: dict[str, list[dict[str, Any]]] = {}
+    for group, message in items:
+        by_group.setdefault(group, []).append(message)
+    slots = asyncio.Semaphore(SEND_CONCURRENCY)
+
+    async def send_in_order(group: str, messages: list[dict[str, Any]]) -> None:
+        async with slots:
+            for message in messages:  # one group's events keep their order
+                await layer.group_send(group, message)
+
+    results = await asyncio.gather(*(send_in_order(g, m) for g, m in by_group.items()), return_exceptions=True)
+    failed = [r for r in results if isinstance(r, Exception)]
+    if failed:  # Redis down: pages show the truth on reload, agents resync
+        log.warning("could not publish to %d of %d group(s): %s", len(failed), len(by_group), failed[0])
