@@ -51,7 +51,7 @@ class Agent:
         self.ctx = RunnerContext(
             node_name=config.name, work_dir=config.work_dir, runtime=runtime, outbox=Outbox(self.spool),
             storage=self._storage, default_grace=config.stop_grace,
-            environments=EnvironmentCache(config.env_cache or default_env_cache()),
+            environments=EnvironmentCache(config.env_cache or default_env_cache(), cpu_node=not runtime.real_gpus),
         )
         self.supervisor = Supervisor(self.ctx)
         self.metrics = MetricsCollector(gpus, self.supervisor, self.ctx.outbox, config.metrics_interval, config.work_dir)

@@ -12,9 +12,13 @@ import asyncio
 import logging
 import re
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from .logstream import Outbox
 from .storage import Storage, parse_s3_url
+
+if TYPE_CHECKING:
+    from .runner import Runner
 
 log = logging.getLogger(__name__)
 POLL_SECONDS = 1.0
@@ -34,7 +38,7 @@ def complete_steps(storage: Storage, url: str) -> list[int]:
 
 
 class CheckpointWatcher:
-    def __init__(self, runners: Callable[[], list], outbox: Outbox, storage: Callable[[], Storage | None]) -> None:
+    def __init__(self, runners: Callable[[], list[Runner]], outbox: Outbox, storage: Callable[[], Storage | None]) -> None:
         self.runners, self.outbox, self.storage = runners, outbox, storage
         self.reported: dict[str, int] = {}
 
@@ -50,7 +54,7 @@ class CheckpointWatcher:
         for runner in self.runners():
             await self.poll_one(runner)
 
-    async def poll_one(self, runner) -> None:
+    async def poll_one(self, runner: Runner) -> None:
         """Report the newest durable step of one placement (also called once after it exits)."""
         placement = runner.placement
         url = (placement.get("env") or {}).get("CHECKPOINT_S3_URL")

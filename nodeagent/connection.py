@@ -45,7 +45,7 @@ class Backoff:
         self.failures = 0
 
     def next(self) -> float:
-        delay = min(self.maximum, self.initial * 2**self.failures)
+        delay = min(self.maximum, self.initial * 2.0**self.failures)
         self.failures = min(self.failures + 1, 30)
         return delay * (0.5 + self.rng() / 2)
 

@@ -16,6 +16,11 @@ every agent of this machine's user, so nodes on one machine build each entry onc
 
 Builds use pip with `--no-build-isolation` (an sdist such as deepspeed builds against the layer's
 torch, not a freshly downloaded one) and DS_BUILD_OPS=0 (DeepSpeed's ops compile on first use).
+On a CPU node (simulated GPUs) DeepSpeed's shared-memory collective op, which its CPU accelerator
+builds before any training step, is compiled into the environment while it is built
+(DS_BUILD_SHM_COMM=1): otherwise every job would compile it on its first run (a minute and more)
+into ~/.cache/torch_extensions, where a build killed half-way leaves a lock that makes every
+later DeepSpeed job on the machine wait forever.
 The list pins torch and the layer satisfies it, so pip can never pull another torch: a package
 that wants a different one fails the build with pip's own message instead.
 """
@@ -34,6 +39,7 @@ import sys
 import sysconfig
 import time
 from collections import deque
+from collections.abc import AsyncIterator
 from configparser import ConfigParser
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,22 +97,35 @@ def environment_key(spec: TrainingEnvironment, python: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def torch_pin(requirements: list[str]) -> str | None:
+def pinned_version(requirements: list[str], package: str) -> str | None:
+    """The version `package` (extras allowed, any case) is pinned to in the list, or None."""
     for line in requirements:
         name, _, version = line.partition("==")
-        if name.split("[", 1)[0].strip().lower() == "torch":
+        if name.split("[", 1)[0].strip().lower() == package:
             return version.strip()
     return None
 
 
+def torch_pin(requirements: list[str]) -> str | None:
+    return pinned_version(requirements, "torch")
+
+
+def needs_cpu_ops(spec: TrainingEnvironment, cpu_node: bool) -> bool:
+    """DeepSpeed on a CPU node: its CPU accelerator's collective op is built with the environment."""
+    return cpu_node and pinned_version(spec["requirements"], "deepspeed") is not None
+
+
 class EnvironmentCache:
-    def __init__(self, root: Path, python: str | None = None) -> None:
+    def __init__(self, root: Path, python: str | None = None, cpu_node: bool = False) -> None:
         self.root = root
         self.python = python or base_python()
         self.tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
+        self.cpu_node = cpu_node
 
     def entry(self, spec: TrainingEnvironment) -> Path:
-        return self.root / "envs" / environment_key(spec, f"{self.python} {self.tag}")
+        # a build with the CPU op differs from one without: a GPU node never reuses it
+        variant = " cpu-ops" if needs_cpu_ops(spec, self.cpu_node) else ""
+        return self.root / "envs" / environment_key(spec, f"{self.python} {self.tag}{variant}")
 
     def manifest(self, spec: TrainingEnvironment) -> dict[str, Any] | None:
         """The complete environment's record, or None (not built, half built, or its layer is gone)."""
@@ -114,6 +133,8 @@ class EnvironmentCache:
             record = json.loads((self.entry(spec) / MANIFEST).read_text())
         except (OSError, ValueError):
             return None
+        if not isinstance(record, dict):
+            return None  # not a record this agent wrote
         if record.get("torch_layer") and not (Path(record["torch_layer"]) / MANIFEST).is_file():
             return None
         return record
@@ -155,7 +176,11 @@ class EnvironmentCache:
             raise EnvironmentFailed(f"the list holds lines that are not exact pins: {', '.join(map(repr, odd))}")
         torch_version = torch_pin(requirements)
         layer = await self._layer(torch_version, log) if torch_version else None
-        await self._run([self.python, "-m", "venv", str(path)], log, "creating the virtual environment", quiet=True)
+        # pip comes in a step of its own: venv keeps what ensurepip printed to itself on a failure
+        await self._run([self.python, "-m", "venv", "--without-pip", str(path)], log, "creating the virtual environment",
+                        quiet=True)
+        await self._run([str(path / "bin" / "python"), "-m", "ensurepip", "--upgrade", "--default-pip"], log,
+                        "installing pip into the environment", quiet=True)
         site = _site_packages(path)
         if layer is not None:
             (site / LAYER_PTH).write_text(f"{layer}\n")
@@ -167,6 +192,13 @@ class EnvironmentCache:
         listing.write_text("\n".join(requirements) + "\n")
         log.info(f"Installing {len(requirements)} pinned packages with pip (progress below)")
         await self._run([*pip, "--no-build-isolation", "-r", str(listing)], log, "pip install", env={"DS_BUILD_OPS": "0"})
+        if needs_cpu_ops(spec, self.cpu_node):
+            deepspeed = f"deepspeed=={pinned_version(requirements, 'deepspeed')}"
+            log.info("DeepSpeed on a CPU node: building it again with its shared-memory collective op compiled in")
+            # pip's cache of built wheels does not know the build variables: --no-cache-dir builds anew
+            await self._run([*pip, "--no-build-isolation", "--no-deps", "--force-reinstall", "--no-cache-dir", deepspeed],
+                            log, "building DeepSpeed's CPU op", env={"DS_BUILD_OPS": "0", "DS_BUILD_SHM_COMM": "1",
+                                                                     "DS_ACCELERATOR": "cpu"})
         versions = await self._check(python, requirements, log)
         (path / MANIFEST).write_text(json.dumps({
             "name": spec["name"], "framework": spec["framework"], "version": spec["version"],
@@ -200,6 +232,8 @@ class EnvironmentCache:
                   "print(json.dumps({n: m.version(n) for n in sys.argv[1:]}))")
         output = await self._run([python, "-c", script, *names], log, "checking the installed versions", quiet=True)
         versions = json.loads(output.strip().splitlines()[-1])
+        if not isinstance(versions, dict):
+            raise EnvironmentFailed(f"the version check printed {output.strip()[-200:]!r}, not a JSON object")
         wrong = [f"{line} (found {versions.get(name)})" for line, name in zip(requirements, names, strict=True)
                  if versions.get(name, "").split("+", 1)[0] != line.split("==", 1)[1].strip()]
         if wrong:
@@ -240,7 +274,7 @@ class EnvironmentCache:
         return "\n".join(output)
 
     @contextlib.asynccontextmanager
-    async def _locked(self, name: str, log: JobLog, what: str):
+    async def _locked(self, name: str, log: JobLog, what: str) -> AsyncIterator[None]:
         locks = self.root / "locks"
         locks.mkdir(parents=True, exist_ok=True)
         with open(locks / f"{name}.lock", "w") as handle:

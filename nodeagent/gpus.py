@@ -9,6 +9,7 @@ and fault injection (XID codes, ECC errors, fallen off the bus) can be added to 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import time
 from collections.abc import Collection
 from dataclasses import dataclass, field
@@ -89,14 +90,9 @@ class NvmlBackend:
     real = True
 
     def __init__(self, nvml: ModuleType | None = None) -> None:
-        if nvml is None:
-            try:
-                import pynvml as nvml
-            except ImportError as exc:  # nvidia-ml-py missing from this environment
-                raise GpuProbeError(f"cannot import pynvml (pip install nvidia-ml-py): {exc}") from exc
-        self.nvml = nvml
+        self.nvml: ModuleType = nvml if nvml is not None else _import_nvml()
         try:
-            nvml.nvmlInit()
+            self.nvml.nvmlInit()
         except Exception as exc:  # NVMLError_LibraryNotFound, _DriverNotLoaded, ...
             raise GpuProbeError(
                 f"NVML did not initialise ({exc}); this machine has no usable NVIDIA driver. "
@@ -129,6 +125,13 @@ class NvmlBackend:
             self._nvlink = NvlinkCounter()
         now = time.monotonic()
         return {index: read_nvml(self.nvml, index, self._nvlink, now) for index in range(self.nvml.nvmlDeviceGetCount())}
+
+
+def _import_nvml() -> ModuleType:
+    try:
+        return importlib.import_module("pynvml")
+    except ImportError as exc:  # nvidia-ml-py missing from this environment
+        raise GpuProbeError(f"cannot import pynvml (pip install nvidia-ml-py): {exc}") from exc
 
 
 def _text(value: str | bytes) -> str:

@@ -29,7 +29,7 @@ Console → agent
   ack          {upto: msg_id}
   inject_fault make a simulated GPU fail (tests, the admin's node page, the API)
   error        {message}; after a refused message also its msg_id (the message is acknowledged
-               and kept for staff: it is not re-sent); before a close 1013 `retry: true`
+               and kept for staff: it is not re-sent); before a close 4503 `retry: true`
                (the console is degraded: keep everything, reconnect later)
 
 Limits (sizes, ranges, types) and the check the console applies to every message are in
@@ -38,16 +38,19 @@ nodeagent.protocol_checks.
 
 from __future__ import annotations
 
-from typing import Literal, NotRequired, TypedDict
+from typing import Any, Literal, NotRequired, TypedDict
 
 PROTOCOL_VERSION = 1
 AGENT_PATH = "/ws/agent/"
 HEARTBEAT_INTERVAL = 3.0  # seconds
 DEFAULT_FENCE_AFTER = 300.0  # seconds without the console before an agent stops its placements
-CLOSE_BAD_TOKEN = 4401
+# The agent channel's close codes, read by both ends (the browsers' are in console.sockets)
+CLOSE_BAD_TOKEN = 4401  # the token is unknown or revoked: the agent prints the error and exits
 CLOSE_SUPERSEDED = 4409  # another connection of the same node replaced this one: stop and exit
-CLOSE_TRY_AGAIN = 1013
-MAX_ENDED_REFS = 500  # the console is up but cannot serve now (its database or Redis is down)
+# the console is up but cannot serve now (its database or Redis is down). Not 1013: daphne (autobahn)
+# refuses to send a close code below 3000 other than 1000, and the close would become a 1011
+CLOSE_TRY_AGAIN = 4503
+MAX_ENDED_REFS = 500  # at most this many ended placements in a hello (Hello.ended)
 
 PlacementState = Literal["preparing", "running", "exited"]
 
@@ -101,7 +104,7 @@ class LogBatch(TypedDict):
     job_id: int
     attempt: int
     stream: str  # the node role: master, worker-1, ...
-    lines: list[list]  # [seq:int, ts:float (unix seconds), text:str]
+    lines: list[list[Any]]  # [seq:int, ts:float (unix seconds), text:str]
 
 
 class MetricBatch(TypedDict):
@@ -116,7 +119,7 @@ class MetricBatch(TypedDict):
 
     type: Literal["metrics"]
     msg_id: int
-    samples: list[list]  # [metric, ts, value, {"gpu"?: int, "job"?: int, "stream"?: str}]
+    samples: list[list[Any]]  # [metric, ts, value, {"gpu"?: int, "job"?: int, "stream"?: str}]
 
 
 class AttemptUpdate(TypedDict):
@@ -267,7 +270,7 @@ class Error(TypedDict):
     type: Literal["error"]
     message: str
     msg_id: NotRequired[int]  # the refused message (acknowledged: the agent drops it)
-    retry: NotRequired[bool]  # the console is degraded; a close 1013 follows
+    retry: NotRequired[bool]  # the console is degraded; a close 4503 follows
 
 
 def placement_key(job_id: int, attempt: int, role: str) -> str:

@@ -33,12 +33,14 @@ MIN_TS, MAX_TS = 946_684_800.0, 4_102_444_800.0
 
 STATES = ("preparing", "running", "exited")
 
+Message = dict[str, Any]  # a decoded JSON object, not yet checked: the checks below narrow it
+
 
 class Invalid(ValueError):
     """What is wrong with a message, in words an operator can act on."""
 
 
-def _int(message: dict, key: str, low: int, high: int, optional: bool = False) -> None:
+def _int(message: Message, key: str, low: int, high: int, optional: bool = False) -> None:
     value = message.get(key)
     if value is None and optional:
         return
@@ -48,7 +50,7 @@ def _int(message: dict, key: str, low: int, high: int, optional: bool = False) -
         raise Invalid(f"`{key}` {value} is out of range ({low}..{high})")
 
 
-def _str(message: dict, key: str, max_chars: int, optional: bool = False, choices: tuple[str, ...] = ()) -> None:
+def _str(message: Message, key: str, max_chars: int, optional: bool = False, choices: tuple[str, ...] = ()) -> None:
     value = message.get(key)
     if value is None and optional:
         return
@@ -67,19 +69,19 @@ def _ts(value: Any, what: str) -> None:
         raise Invalid(f"{what} {value} is not a time between 2000 and 2100")
 
 
-def _role(message: dict, key: str) -> None:
+def _role(message: Message, key: str) -> None:
     _str(message, key, MAX_ROLE_CHARS)
     value = message[key]
     if value != "master" and not (value.startswith("worker-") and value[7:].isdigit()):
         raise Invalid(f"`{key}` {value[:40]!r} is not a node role (master, worker-N)")
 
 
-def _job_ref(message: dict) -> None:
+def _job_ref(message: Message) -> None:
     _int(message, "job_id", 1, MAX_BIGINT)
     _int(message, "attempt", 1, MAX_INT)
 
 
-def _logs(message: dict) -> None:
+def _logs(message: Message) -> None:
     _job_ref(message)
     _role(message, "stream")
     lines = message.get("lines")
@@ -100,7 +102,7 @@ def _logs(message: dict) -> None:
             raise Invalid(f"line {seq} is {len(text)} characters long (at most {MAX_LINE_CHARS}; the agent splits longer ones)")
 
 
-def _metrics(message: dict) -> None:
+def _metrics(message: Message) -> None:
     samples = message.get("samples")
     if not isinstance(samples, list):
         raise Invalid("`samples` must be a list")
@@ -125,7 +127,7 @@ def _metrics(message: dict) -> None:
             _role(dims, "stream")
 
 
-def _attempt(message: dict) -> None:
+def _attempt(message: Message) -> None:
     _job_ref(message)
     _role(message, "role")
     _str(message, "state", 16, choices=STATES)
@@ -138,7 +140,7 @@ def _attempt(message: dict) -> None:
         raise Invalid("`image_error` must be true or false")
 
 
-def _fault(message: dict) -> None:
+def _fault(message: Message) -> None:
     _str(message, "kind", 32, choices=FAULT_KINDS)
     _int(message, "gpu_index", 0, MAX_SMALLINT, optional=True)
     _int(message, "xid", 0, MAX_INT, optional=True)
@@ -147,14 +149,14 @@ def _fault(message: dict) -> None:
         _ts(message["ts"], "`ts`")
 
 
-def _checkpoint(message: dict) -> None:
+def _checkpoint(message: Message) -> None:
     _job_ref(message)
     _role(message, "role")
     _int(message, "step", 0, MAX_INT)
     _str(message, "url", MAX_URL_CHARS)
 
 
-def _refs(message: dict, key: str, limit: int) -> None:
+def _refs(message: Message, key: str, limit: int) -> None:
     refs = message.get(key, [])
     if not isinstance(refs, list) or len(refs) > limit:
         raise Invalid(f"`{key}` must be a list of at most {limit} placements")
@@ -165,7 +167,7 @@ def _refs(message: dict, key: str, limit: int) -> None:
         _role(ref, "role")
 
 
-def _hello(message: dict) -> None:
+def _hello(message: Message) -> None:
     _refs(message, "running", 4096)
     _refs(message, "ended", MAX_ENDED_REFS)
     node = message.get("node")

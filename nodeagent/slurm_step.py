@@ -29,7 +29,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, MutableMapping, Sequence
+from collections.abc import Collection, Mapping, MutableMapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,9 +38,11 @@ from .agent import AGENT_VERSION
 from .checkpoints import CheckpointWatcher
 from .config import agent_ws_url
 from .connection import Connection
+from .gpu_metrics import GpuReading
 from .gpus import GpuBackend, GpuProbeError, open_backend
 from .logstream import Outbox
 from .metrics import MetricsCollector
+from .protocol import GpuInfo
 from .runner import RunnerContext
 from .runtimes.process import ProcessRuntime
 from .slurm_protocol import CONSOLE_ENV, JOB_ENV, LAUNCH_KEY_ENV, REDEEM_PATH, STEP_PATH, TOKEN_ENV
@@ -131,11 +133,14 @@ class StepSupervisor(Supervisor):
         self.told_to_stop = False
 
     def reconcile(self, placements: list[protocol.Placement]) -> None:
-        local = []
+        local: list[protocol.Placement] = []
         for placement in placements:
+            here: protocol.Placement = {
+                **placement, "stop_grace_seconds": min(float(placement.get("stop_grace_seconds") or self.grace), self.grace),
+            }
             if self.gpu_indices and len(self.gpu_indices) == len(placement.get("gpu_indices") or []):
-                placement = {**placement, "gpu_indices": self.gpu_indices}
-            local.append({**placement, "stop_grace_seconds": min(float(placement.get("stop_grace_seconds") or self.grace), self.grace)})
+                here["gpu_indices"] = self.gpu_indices
+            local.append(here)
         if self.told_to_stop:
             local = []  # never start after Slurm said stop
         super().reconcile(local)
@@ -244,10 +249,10 @@ class _NoGpus:
 
     real = False
 
-    def gpus(self) -> list:
+    def gpus(self) -> list[GpuInfo]:
         return []
 
-    def sample(self, busy) -> dict:
+    def sample(self, busy: Collection[int]) -> dict[int, GpuReading]:
         return {}
 
     def close(self) -> None:

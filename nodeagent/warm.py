@@ -56,9 +56,10 @@ def entry_dir(work_dir: Path, placement: Placement) -> Path | None:
 
 def _read_meta(entry: Path) -> dict[str, Any] | None:
     try:
-        return json.loads((entry / "meta.json").read_text())
+        meta = json.loads((entry / "meta.json").read_text())
     except (OSError, ValueError):
         return None
+    return meta if isinstance(meta, dict) else None  # anything else was not written by this agent
 
 
 def _write_meta(entry: Path, meta: dict[str, Any]) -> None:
@@ -113,11 +114,11 @@ def sweep(work_dir: Path, now: float | None = None) -> list[str]:
 async def reuse(placement: Placement, work_dir: Path, workdir: Path, log_stream: LogStream, storage_factory: StorageFactory) -> bool:
     """Fill `workdir` from a kept environment when the console asked for it; True when done."""
     entry = entry_dir(work_dir, placement)
-    hint = placement.get("warm_pool") or {}
+    hint = placement.get("warm_pool")
     if entry is None:
         return False
     await asyncio.to_thread(sweep, work_dir)
-    if hint.get("reuse_from_job") is None:
+    if hint is None or hint.get("reuse_from_job") is None:
         return False
     meta = _read_meta(entry)
     if meta is None or not (entry / "files").is_dir():
@@ -161,7 +162,8 @@ async def remember(placement: Placement, work_dir: Path, workdir: Path, storage_
     hint = placement["warm_pool"]
     try:
         etag = await asyncio.to_thread(_script_etag, storage_factory, placement.get("script_url", ""))
-        tmp = entry.with_name(entry.name + ".tmp")
+        # one copy per placement: two jobs of the same key may end on this node at once
+        tmp = entry.with_name(f"{entry.name}.{placement['job_id']}-{placement['attempt']}-{placement['role']}.tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         await asyncio.to_thread(_keep_prepared, workdir, tmp / "files")
         _write_meta(tmp, {
@@ -171,7 +173,11 @@ async def remember(placement: Placement, work_dir: Path, workdir: Path, storage_
             "keep_alive_seconds": hint.get("keep_alive_seconds", 0), "prepared_at": time.time(), "ended_at": None,
         })
         shutil.rmtree(entry, ignore_errors=True)
-        os.replace(tmp, entry)
+        try:
+            os.replace(tmp, entry)
+        except OSError:  # another job of the same key kept its copy in between: one is enough
+            shutil.rmtree(tmp, ignore_errors=True)
+            log.info("job %s: another job's environment of the same key was kept first", placement["job_id"])
     except Exception:  # a warm pool that fails must never fail the job
         log.warning("could not keep the environment of job %s for the warm pool", placement["job_id"], exc_info=True)
 

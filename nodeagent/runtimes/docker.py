@@ -244,7 +244,8 @@ class DockerRuntime(Runtime):
 
     async def _image_id(self, image: str) -> str | None:
         try:
-            return (await asyncio.to_thread(self.client.images.get, image)).id
+            found = await asyncio.to_thread(self.client.images.get, image)
+            return str(found.id)
         except Exception:  # not here (or the engine failed: the pull will say how)
             return None
 
