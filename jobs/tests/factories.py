@@ -1,9 +1,13 @@
-"""Factories of the jobs tests: users through factory_boy, job fields as plain valid data."""
+"""Factories of the tests (every app's): users through factory_boy and their logged-in clients,
+job fields as plain valid data."""
 
 from __future__ import annotations
 
 import factory
 from django.contrib.auth import get_user_model
+from django.test import Client
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
 
 PASSWORD = "correct-horse-battery-staple"
 OMIT = object()  # an override that leaves the key out of a payload
@@ -19,6 +23,21 @@ class UserFactory(factory.django.DjangoModelFactory):
     username = factory.Sequence(lambda n: f"user{n}")
     email = factory.LazyAttribute(lambda u: f"{u.username}@example.com")
     password = factory.django.Password(PASSWORD)
+
+
+def logged_in(user) -> Client:
+    """A browser session logged in as `user`."""
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def api_client(user) -> APIClient:
+    """An API client that authenticates as `user` with a DRF token (no session)."""
+    client = APIClient()
+    token, _ = Token.objects.get_or_create(user=user)
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    return client
 
 
 def job_fields(**overrides) -> dict:

@@ -108,6 +108,26 @@ def test_it_filters_and_searches_the_list(alice_api, make_job):
     assert names(search="spot") == ["spot-one"]
 
 
+def test_a_wrong_filter_value_is_a_400_naming_the_parameter(alice_api, make_job):
+    make_job(name="spot-one", learning_type="spot")
+    response = alice_api.get(JOBS, {"learning_type": "reserved", "status": "Pending"})
+    assert response.status_code == 400
+    assert response.json() == {"learning_type": ["reserved is not a learning type; choose one of: on_demand, spot."]}
+    # one job's URL is not filtered
+    job = TrainingJob.objects.get(name="spot-one")
+    assert alice_api.get(job_url(job), {"learning_type": "reserved"}).json()["name"] == "spot-one"
+
+
+def test_the_schema_documents_the_list_filters_and_their_400(alice_client):
+    spec = alice_client.get("/api/schema/", {"format": "json"}).json()
+    listing = spec["paths"]["/api/v1/training-jobs/"]["get"]
+    parameters = {p["name"]: p["schema"] for p in listing["parameters"]}
+    assert sorted(parameters["status"]["enum"]) == sorted(JobStatus.values)
+    assert parameters["learning_type"]["enum"] == ["on_demand", "spot"]
+    assert parameters["search"]["type"] == "string"
+    assert "400" in listing["responses"]
+
+
 def test_it_retrieves_a_job(alice_api, make_job):
     job = make_job(registry_password="s3cret", registry_username="robot")
     body = alice_api.get(job_url(job)).json()

@@ -2,24 +2,18 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 from django.conf import settings
-from django.db import connections
 
 from jobs.choices import JobStatus
 from jobs.models import TrainingJob
 
-from .factories import PASSWORD, UserFactory
+from . import browser
 
-# Playwright's sync API runs an event loop in this thread; Django's ORM must still be usable here.
-os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-
-sync_api = pytest.importorskip("playwright.sync_api")
-CHROMIUM = "/usr/bin/chromium"
 SCREENSHOTS = Path(settings.BASE_DIR) / "docs" / "screenshots"
+page, sync_api = browser.page, browser.sync_api  # the headless Chromium fixture and its API
 
 pytestmark = [
     pytest.mark.browser,
@@ -27,34 +21,9 @@ pytestmark = [
 ]
 
 
-@pytest.fixture
-def page(live_server):
-    """A headless Chromium page; everything it logs to its console is kept for the assertions."""
-    with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=CHROMIUM,
-            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
-        )
-        page = browser.new_page(viewport={"width": 1400, "height": 900})
-        page.set_default_timeout(10_000)
-        page.errors = []
-        page.on("pageerror", lambda error: page.errors.append(str(error)))
-        yield page
-        browser.close()
-        # While Playwright's loop runs, the ORM holds its own connection; close it before the
-        # test database is dropped (Django keeps one per running loop, see asgiref.local).
-        connections.close_all()
-
-
-def test_a_user_creates_a_job_in_the_browser(live_server, page, stored_script):
-    alice = UserFactory(username="alice")
+def test_a_user_creates_a_job_in_the_browser(live_server, page, stored_script, alice):
     expect = sync_api.expect
-
-    page.goto(f"{live_server.url}/login/")
-    page.fill("#id_username", "alice")
-    page.fill("#id_password", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{live_server.url}/")
+    browser.log_in(page, live_server.url, alice.username)
 
     page.goto(f"{live_server.url}/jobs/create/")
     # the stylesheet is served: the summary panel sits beside the form

@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 from django.core.exceptions import ValidationError
 
-from jobs import actions, environments, lifecycle, nodes
+from jobs import actions, environments, lifecycle
 from jobs.models import TrainingEnvironment
+from jobs.nodes import registry
 from jobs.requirements_list import parse_requirements, pinned_version, summary
 from jobs.scheduling import Assignment
 
@@ -89,7 +90,7 @@ def test_a_placement_carries_its_job_s_training_environment(alice):
     node = make_node("gpu-01")
     job = actions.create_job(alice, job_fields(framework="deepspeed", framework_version="0.18.9"), [])
     lifecycle.start_attempt(job.pk, [Assignment(node.pk, node.name, (0,))])
-    [placement] = nodes.desired_placements(node.pk)
+    [placement] = registry.desired_placements(node.pk)
     environment = placement["environment"]
     assert environment["name"] == "deepspeed-0.18.9" and environment["framework_label"] == "DeepSpeed"
     assert "deepspeed==0.18.9" in environment["requirements"] and "torch==2.13.0" in environment["requirements"]
@@ -100,7 +101,7 @@ def test_a_job_whose_environment_is_gone_runs_without_one(alice):
     node = make_node("gpu-01")
     job = actions.create_job(alice, job_fields(framework="deepspeed", framework_version="0.17.6"), [])  # created before it was removed
     lifecycle.start_attempt(job.pk, [Assignment(node.pk, node.name, (0,))])
-    [placement] = nodes.desired_placements(node.pk)
+    [placement] = registry.desired_placements(node.pk)
     assert "environment" not in placement
 
 

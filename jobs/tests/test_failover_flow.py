@@ -7,10 +7,11 @@ import time
 import pytest
 from django.utils import timezone
 
-from jobs import actions, lifecycle, nodes
+from jobs import actions, lifecycle
 from jobs.agent_writes import checkpoint_prefix
 from jobs.lifecycle import PlacementReport
 from jobs.models import JobAttempt, Node, NodeGPU, ServerType, TrainingJob
+from jobs.nodes import registry
 from jobs.scheduling import Assignment
 from jobs.tasks import schedule_jobs
 
@@ -42,7 +43,7 @@ def exit_report(job: TrainingJob, node: Node, **fields) -> TrainingJob:
 
 
 def xid(node: Node, number: int, gpu: int = 0) -> None:
-    nodes.record_fault(node.pk, {"gpu_index": gpu, "kind": "xid", "xid": number, "detail": "", "ts": time.time()})
+    registry.record_fault(node.pk, {"gpu_index": gpu, "kind": "xid", "xid": number, "detail": "", "ts": time.time()})
 
 
 def test_a_hardware_fault_with_failover_reallocates_to_a_healthy_node(alice, django_capture_on_commit_callbacks):
@@ -77,7 +78,7 @@ def test_the_resumed_attempt_starts_from_the_committed_checkpoint(alice):
     schedule_jobs()
     attempt = JobAttempt.objects.get(job=job, number=2)
     assert attempt.resume_step == 20
-    [placement] = nodes.desired_placements(attempt.placements.get().node_id)
+    [placement] = registry.desired_placements(attempt.placements.get().node_id)
     assert placement["resume_step"] == 20
 
 
@@ -165,7 +166,7 @@ def test_a_lost_node_fails_an_on_demand_job_over(alice, settings, listening_cons
     job = running_job(alice, lost, failover_enabled=True)
     silent = timezone.now() - timezone.timedelta(seconds=settings.NODE_LOST_AFTER_SECONDS + 5)
     Node.objects.filter(pk=lost.pk).update(last_heartbeat_at=silent, last_sent_at=silent)
-    assert nodes.watch_heartbeats() == ["gpu-01"]
+    assert registry.watch_heartbeats() == ["gpu-01"]
     job.refresh_from_db()
     assert job.status == "Pending - failoverinprogress"
     assert "node gpu-01 stopped sending heartbeats" in job.status_reason
@@ -190,7 +191,7 @@ def test_a_spot_job_is_paused_by_a_fault_and_by_an_on_demand_job(alice, bob):
 def test_staff_reclaim_interrupts_spot_jobs_and_cordons_the_node(alice):
     node = make_node("gpu-01")
     spot = running_job(alice, node, learning_type="spot")
-    assert nodes.reclaim_from_spot(node.pk, "maintenance") == 1
+    assert registry.reclaim_from_spot(node.pk, "maintenance") == 1
     spot.refresh_from_db()
     assert spot.status == "Pending - spotinterrupted"
     assert Node.objects.get(pk=node.pk).cordoned

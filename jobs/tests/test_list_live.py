@@ -9,6 +9,7 @@ from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.urls import reverse
 
+from console.sockets import CLOSE_UNAUTHENTICATED
 from jobs import actions
 from jobs.choices import JobStatus
 
@@ -65,7 +66,7 @@ def test_a_removed_job_is_announced_as_deleted(alice, make_job):
 
 
 def test_without_a_session_the_list_socket_is_refused():
-    assert async_to_sync(refusal)(list_socket(None)) == 4401
+    assert async_to_sync(refusal)(list_socket(None)) == CLOSE_UNAUTHENTICATED
 
 
 def test_the_rows_are_the_filtered_page_with_status_and_reason(alice_client, bob, make_job):

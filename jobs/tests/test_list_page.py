@@ -81,6 +81,18 @@ def test_filters_combine(alice_client, make_job):
     assert names(html) == ["spot-nlp"]
 
 
+def test_a_wrong_filter_value_is_named_above_an_empty_list(alice_client, make_job):
+    make_job(name="llama-70b")
+    response = alice_client.get(URL, {"status": "Finished", "learning_type": "spot"})
+    assert response.status_code == 200
+    html = response.content.decode()
+    errors = re.search(r'<div class="error-box" role="alert">(.*?)</div>', html, re.S).group(1)
+    assert "Finished is not a status; choose one of: Pending, Creating, Running," in errors
+    assert names(html) == []
+    # the rows the live list fetches with the same query are empty too, not a 500
+    assert names(alice_client.get(reverse("jobs:list_rows"), {"status": "Finished"}).content.decode()) == []
+
+
 def test_it_paginates_and_keeps_the_filters(settings, alice_client, make_job):
     settings.JOBS_PAGE_SIZE = 2
     for i in range(5):

@@ -8,15 +8,16 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from jobs import actions, lifecycle, nodes
+from jobs import actions, lifecycle
 from jobs.capacity import GpuUse
 from jobs.capacity_load import load_ledger
 from jobs.models import Node, NodeGPU, NodeToken, ServerType, TrainingJob
-from jobs.models.nodes import hash_token
+from jobs.nodes import registry
+from jobs.nodes.models import hash_token
 from jobs.scheduling import Assignment
 from jobs.tasks import schedule_jobs
 
-from .factories import job_fields
+from .factories import api_client, job_fields
 
 pytestmark = pytest.mark.django_db
 
@@ -36,15 +37,15 @@ def test_nodetoken_prints_a_token_once_and_stores_only_its_hash(capsys):
     record = NodeToken.objects.get(name="gpu-01")
     assert token.startswith("sat_")
     assert record.token_hash == hash_token(token) and token not in record.token_hash
-    assert nodes.authenticate(token) == record
+    assert registry.authenticate(token) == record
 
 
 def test_a_new_token_revokes_the_nodes_old_one():
     _, old = NodeToken.mint("gpu-01")
     _, new = NodeToken.mint("gpu-01")
-    with pytest.raises(nodes.AgentRefused, match="revoked"):
-        nodes.authenticate(old)
-    assert nodes.authenticate(new).name == "gpu-01"
+    with pytest.raises(registry.AgentRefused, match="revoked"):
+        registry.authenticate(old)
+    assert registry.authenticate(new).name == "gpu-01"
 
 
 def test_nodetoken_refuses_an_invalid_name():
@@ -90,23 +91,23 @@ def test_a_node_without_heartbeats_is_lost_and_its_job_fails(alice, settings, li
     silent = timezone.now() - timedelta(seconds=settings.NODE_LOST_AFTER_SECONDS + 1)
     Node.objects.filter(pk=node.pk).update(last_heartbeat_at=silent, last_sent_at=silent)
 
-    assert nodes.watch_heartbeats() == ["gpu-01"]
+    assert registry.watch_heartbeats() == ["gpu-01"]
 
     node.refresh_from_db()
     job = TrainingJob.objects.get(pk=job.pk)
     assert node.lost and node.status() == "Lost"
     assert job.status == "Failed"
     assert job.status_reason == "Node gpu-01 stopped sending heartbeats"
-    assert nodes.watch_heartbeats() == []  # idempotent
+    assert registry.watch_heartbeats() == []  # idempotent
 
 
 def test_cordon_takes_a_node_out_of_scheduling(alice):
     node = make_node("gpu-01")
-    nodes.set_cordon(node.pk, True, "bad fan")
+    actions.set_cordon(node.pk, True, "bad fan")
     node.refresh_from_db()
     assert node.status() == "Cordoned" and node.cordon_reason == "bad fan"
     assert not load_ledger().node(node.pk).schedulable
-    nodes.set_cordon(node.pk, False)
+    actions.set_cordon(node.pk, False)
     assert load_ledger().node(node.pk).schedulable
 
 
@@ -114,9 +115,20 @@ def test_desired_state_lists_only_current_attempts_of_active_jobs(alice):
     node = make_node("gpu-01")
     job = actions.create_job(alice, job_fields(registry_username="trainer"), [], registry_password="Reg-Pass-1")
     lifecycle.start_attempt(job.pk, [Assignment(node.pk, node.name, (3,))])
-    [placement] = nodes.desired_placements(node.pk)
+    [placement] = registry.desired_placements(node.pk)
     assert placement["gpu_indices"] == [3] and placement["command"] == "torchrun train.py"
     # the decrypted credentials go to the assigned agent only
     assert placement["registry"] == {"username": "trainer", "password": "Reg-Pass-1"}
     actions.delete_job(job.pk)  # Running/Creating → Terminating: the agent must stop it
-    assert nodes.desired_placements(node.pk) == []
+    assert registry.desired_placements(node.pk) == []
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    ({"kind": "xid", "xid": 2**40, "gpu_index": 0}, "xid"),  # once "integer out of range" on every re-send
+    ({"kind": "xid", "xid": 79, "gpu_index": 2**20}, "gpu_index"),
+    ({"kind": "xid", "gpu_index": 0}, "xid"),
+])
+def test_an_impossible_fault_is_refused_by_the_api_before_reaching_the_agent(staff, body, field):
+    node = make_node("gpu-01")
+    response = api_client(staff).post(f"/api/v1/nodes/{node.pk}/inject-fault/", body, format="json")
+    assert response.status_code == 400 and field in response.json()

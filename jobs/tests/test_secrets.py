@@ -92,11 +92,14 @@ def test_the_api_create_answer_does_not_echo_the_password(alice_api):
 
 
 def test_the_admin_does_not_show_the_password(staff_client, job):
-    for url in [
-        reverse("admin:jobs_trainingjob_change", args=[job.pk]),
-        reverse("admin:jobs_trainingjob_changelist"),
-    ]:
-        html = staff_client.get(url).content.decode()
+    pages = {  # what staff do see there: the job, and on its page the registry user ID
+        reverse("admin:jobs_trainingjob_change", args=[job.pk]): 'name="registry_username" value="robot"',
+        reverse("admin:jobs_trainingjob_changelist"): f">{job.name}</a>",
+    }
+    for url, shown in pages.items():
+        response = staff_client.get(url)
+        html = response.content.decode()
+        assert response.status_code == 200 and shown in html, url
         assert PASSWORD not in html and raw_password_column(job.pk) not in html, url
         assert "registry_password_encrypted" not in html
 

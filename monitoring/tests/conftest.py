@@ -1,7 +1,6 @@
-"""Personas and metric data of the monitoring tests.
+"""Metric data of the monitoring tests (the personas are the root conftest's).
 
-Alice owns the jobs under test, Bob is another user (her jobs do not exist for him), `staff`
-sees the node pages. Samples are written through the same code ingestion uses.
+Samples are written through the same code ingestion uses.
 """
 
 from __future__ import annotations
@@ -9,22 +8,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
-from django.test import Client
-from rest_framework.authtoken.models import Token
-from rest_framework.test import APIClient
 
-from jobs import actions
-from jobs.tests.factories import UserFactory, job_fields
 from monitoring import metrics_ingest
 from monitoring.models import MetricRollup, MetricSeries
 
 NOW = datetime(2025, 3, 10, 12, 0, tzinfo=UTC).timestamp()  # a period boundary (12:00 UTC)
-
-
-@pytest.fixture(autouse=True)
-def fast_password_hashing(settings):
-    """Hash test passwords cheaply: the real hasher costs ~0.3 s a user on a small CI machine."""
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
 @pytest.fixture(autouse=True)
@@ -34,47 +22,6 @@ def fresh_series_cache():
     metrics_ingest._node_names.clear()
     yield
     metrics_ingest.forget_cached_series()
-
-
-@pytest.fixture
-def alice(db):
-    """The owner of the jobs under test."""
-    return UserFactory(username="alice")
-
-
-@pytest.fixture
-def bob(db):
-    """Another user, with no access to Alice's jobs."""
-    return UserFactory(username="bob")
-
-
-@pytest.fixture
-def staff(db):
-    """A staff user (node pages)."""
-    return UserFactory(username="staff", is_staff=True, is_superuser=True)
-
-
-def logged_in(user) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
-
-
-def api_client(user) -> APIClient:
-    client = APIClient()
-    token, _ = Token.objects.get_or_create(user=user)
-    client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
-    return client
-
-
-@pytest.fixture
-def make_job(alice):
-    """Create a job through jobs.actions.create_job (Alice's unless `owner` is given)."""
-
-    def make(owner=None, **overrides):
-        return actions.create_job(owner or alice, job_fields(**overrides), [])
-
-    return make
 
 
 def store(node: str, samples: list[list], now: float | None = None) -> None:

@@ -13,9 +13,10 @@ from django.utils import timezone
 from jobs import actions, lifecycle
 from jobs.models import Node, NodeGPU, Placement, ServerType
 from jobs.scheduling import Assignment
+from jobs.tests.factories import logged_in
 from monitoring.usage import gpu_hours
 
-from .conftest import gpu_samples, logged_in, store
+from .conftest import gpu_samples, store
 
 pytestmark = pytest.mark.django_db
 

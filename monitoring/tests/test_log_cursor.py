@@ -15,10 +15,9 @@ import pytest
 from django.db import connection, transaction
 
 from jobs import console_log
+from jobs.tests.factories import api_client
 from monitoring import log_cursor
 from monitoring.models import LogLine
-
-from .conftest import api_client
 
 # separate connections must see each other's commits; seeded rows (server types) come back after
 pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)

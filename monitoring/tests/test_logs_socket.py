@@ -9,7 +9,7 @@ import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 from channels.layers import get_channel_layer
 
-from jobs.consumers import CLOSE_NOT_FOUND, CLOSE_UNAUTHENTICATED
+from console.sockets import CLOSE_NOT_FOUND, CLOSE_UNAUTHENTICATED
 from jobs.tests.ws import browser_socket, refusal, session_cookie
 from monitoring import consumers
 from monitoring.events import logs_group

@@ -7,9 +7,10 @@ import io
 
 import pytest
 
+from jobs.tests.factories import api_client
 from monitoring import rollup_runs
 
-from .conftest import NOW, api_client, gpu_samples, store
+from .conftest import NOW, gpu_samples, store
 
 pytestmark = pytest.mark.django_db
 

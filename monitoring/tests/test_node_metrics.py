@@ -7,8 +7,9 @@ import time
 import pytest
 
 from jobs.models import Node, NodeGPU, ServerType
+from jobs.tests.factories import logged_in
 
-from .conftest import gpu_samples, logged_in, store
+from .conftest import gpu_samples, store
 
 pytestmark = pytest.mark.django_db
 

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import pytest
 
 from monitoring import rollup_runs
-from monitoring.models import MetricRollup, MetricSample, MetricSeries, RollupDirtyPeriod
+from monitoring.models import MetricSample, MetricSeries, RollupDirtyPeriod
 from monitoring.rollup import aggregate
 
 from .conftest import NOW, gpu_samples, rollups, store
@@ -103,15 +103,3 @@ def test_retention_deletes_old_samples_and_roll_ups_and_nothing_else(settings, m
     assert (result.samples, result.rollups) == (3, 1)
     # the next purge has nothing left to do
     assert rollup_runs.purge(now=at(NOW)) == rollup_runs.PurgeResult(0, 0, 0)
-
-
-@pytest.mark.django_db(transaction=True, serialized_rollback=True)  # the retry happens at a real commit
-def test_a_series_whose_data_all_expired_is_removed(settings):
-    settings.METRICS_RAW_RETENTION_DAYS, settings.METRICS_ROLLUP_RETENTION_DAYS = 1, 1
-    store("node-a", gpu_samples("GPUUtilization", None, "node-a", 0, [(NOW - 3 * 86_400, 1.0)]), now=NOW)
-    rollup_runs.run_rollup(now=at(NOW))
-    rollup_runs.purge(now=at(NOW))
-    assert not MetricSeries.objects.exists() and not MetricRollup.objects.exists()
-    # ingestion re-creates the series it had cached
-    store("node-a", gpu_samples("GPUUtilization", None, "node-a", 0, [(NOW, 2.0)]), now=NOW)
-    assert MetricSample.objects.count() == 1

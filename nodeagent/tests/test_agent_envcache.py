@@ -38,6 +38,13 @@ def test_the_key_is_the_list_and_the_python_not_the_name_or_the_order():
     assert torch_pin(["numpy==2.4.6", "torch==2.13.0"]) == "2.13.0" and torch_pin(["numpy==1"]) is None
 
 
+def test_deepspeed_on_a_cpu_node_is_its_own_entry_and_other_environments_are_shared(tmp_path):
+    deepspeed = spec("torch==2.13.0", "DeepSpeed==0.18.9", name="deepspeed-0.18.9")
+    cpu, gpu = EnvironmentCache(tmp_path, cpu_node=True), EnvironmentCache(tmp_path)
+    assert cpu.entry(deepspeed) != gpu.entry(deepspeed)  # built with its CPU collective op compiled in
+    assert cpu.entry(spec()) == gpu.entry(spec())  # nothing to compile: one build serves both
+
+
 def fake_build(calls: list[str], seconds: float = 0.3):
     async def build(self, spec, path, log):
         calls.append(spec["name"])

@@ -17,8 +17,7 @@ import subprocess
 
 import pytest
 
-from jobs.tests.e2e.environments import PrintLog, cache_dir, seeded_specs
-from nodeagent.envcache import EnvironmentCache
+from jobs.tests.e2e.environments import PrintLog, node_cache, seeded_specs
 from nodeagent.environment import LAUNCHERS_DIR
 
 from .checkpoint_scripts.support import HERE, VENDOR
@@ -30,7 +29,7 @@ pytestmark = pytest.mark.slow
 def deepspeed_bin():
     """bin/ of the seeded DeepSpeed environment (built into the machine's cache when missing)."""
     spec = next(spec for spec in seeded_specs() if spec["framework"] == "deepspeed")
-    return asyncio.run(EnvironmentCache(cache_dir()).prepare(spec, PrintLog())).bin_dir
+    return asyncio.run(node_cache().prepare(spec, PrintLog())).bin_dir
 
 
 def free_port() -> int:
@@ -40,10 +39,12 @@ def free_port() -> int:
 
 
 @pytest.mark.parametrize("zero", [0, 3])
+@pytest.mark.duration(35)
 def test_a_real_deepspeed_engine_resumes_bit_for_bit(zero, deepspeed_bin, tmp_path):
     env = {**os.environ, "PATH": f"{LAUNCHERS_DIR}:{deepspeed_bin}:{os.environ['PATH']}", "NNODES": "1",
            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "DS_ACCELERATOR": "cpu",
-           "PYTHONPATH": str(VENDOR), "OMP_NUM_THREADS": "1"}
+           "PYTHONPATH": str(VENDOR), "OMP_NUM_THREADS": "1",
+           "TORCH_EXTENSIONS_DIR": str(tmp_path / "jit")}
     result = subprocess.run(
         ["deepspeed", "--num_gpus=2", str(HERE / "deepspeed_resume.py"), "--zero", str(zero), "--out", str(tmp_path / "out")],
         env=env, capture_output=True, text=True, timeout=300,
@@ -52,8 +53,13 @@ def test_a_real_deepspeed_engine_resumes_bit_for_bit(zero, deepspeed_bin, tmp_pa
     assert line is not None, result.stdout[-3000:] + result.stderr[-3000:]
     record = json.loads(line[len("RESULT "):])
     assert record["world"] == 2 and record["global_steps"] == 12
-    assert record["resumed"] == record["original"]  # the same losses, bit for bit (floats compared exactly)
-    assert record["resumed_digest"] == record["original_digest"]  # the same parameters after step 12
+    assert record["restored"] == record["at_step_8"]  # every rank's weights and optimizer state, bit for bit
+    assert record["resumed"] == record["original"]  # every rank's losses of steps 9..12 (floats compared exactly)
+    assert record["resumed_digests"] == record["original_digests"]  # and the same state after step 12
+    if zero == 3:  # each rank's digest is of its own partition
+        assert len(set(record["at_step_8"])) == 2
     assert record["client_state"] == {"data_step": 8}
     assert record["path"].endswith("concurrent_checkpoint/step-8")
     assert [name for name in record["shards"] if name.endswith(".shard")] == ["rank-00000-of-00002.shard", "rank-00001-of-00002.shard"]
+    # the CPU collective op came built with the environment: the job compiled nothing when it started
+    assert not (tmp_path / "jit").exists()

@@ -1,26 +1,11 @@
-"""Personas and helpers of the workspaces tests.
+"""Fixtures of the workspaces tests (the personas are the root conftest's).
 
-The personas are the jobs tests' (Alice owns, Bob is the outsider, staff run the admin);
-nodes are registry rows unless a test starts real agents (e2e fixtures).
+Nodes are registry rows unless a test starts real agents (e2e fixtures).
 """
 
 from __future__ import annotations
 
 import pytest
-
-from jobs.tests.conftest import (  # noqa: F401  (fixtures shared with the jobs tests)
-    alice,
-    alice_api,
-    alice_client,
-    bob,
-    bob_api,
-    bob_client,
-    fast_password_hashing,
-    make_job,
-    object_storage_settings,
-    staff,
-    staff_client,
-)
 
 # every fixture (and the failure-report hook) of the end-to-end tests: real processes
 from jobs.tests.e2e.conftest import *  # noqa: F403

@@ -2,54 +2,28 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 from django.conf import settings
-from django.db import connections
 
-from jobs.tests.factories import PASSWORD
+from jobs.tests import browser
 from workspaces.models import Workspace
 from workspaces.pricing import workspace_estimate
 
 from .factories import make_node
 
-# Playwright's sync API runs an event loop in this thread; Django's ORM must still be usable here.
-os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-
-sync_api = pytest.importorskip("playwright.sync_api")
 SCREENSHOTS = Path(settings.BASE_DIR) / "docs" / "screenshots"
+page, sync_api = browser.page, browser.sync_api  # the headless Chromium fixture and its API
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
-
-
-@pytest.fixture
-def page(live_server):
-    """A headless Chromium page (Debian's); errors it logs are kept for the assertions."""
-    with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path="/usr/bin/chromium",
-            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
-        )
-        page = browser.new_page(viewport={"width": 1400, "height": 900})
-        page.set_default_timeout(10_000)
-        page.errors = []
-        page.on("pageerror", lambda error: page.errors.append(str(error)))
-        yield page
-        browser.close()
-        connections.close_all()
 
 
 def test_a_user_creates_a_workspace_through_the_summary_and_confirm(live_server, page, alice):
     for name in ("gpu-01", "gpu-02", "gpu-03"):
         make_node(name)
     expect = sync_api.expect
-    page.goto(f"{live_server.url}/login/")
-    page.fill("#id_username", "alice")
-    page.fill("#id_password", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{live_server.url}/")
+    browser.log_in(page, live_server.url, alice.username)
 
     page.click("text=Training Workspace")  # the Service Home's menu
     page.click("#create-service")

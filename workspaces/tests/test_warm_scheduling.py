@@ -7,8 +7,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from jobs import nodes as node_registry
 from jobs.models import Placement
+from jobs.nodes import registry as node_registry
 from jobs.tests.factories import api_payload, form_post
 from workspaces.models import WarmStart
 

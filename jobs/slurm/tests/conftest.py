@@ -7,25 +7,16 @@ them; in CI (CI=true) a missing Slurm is a failure.
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
-from jobs.tests import conftest as personas
 from jobs.tests.e2e import conftest as e2e
+from jobs.tests.machine import unavailable
 
 from .cluster import LocalSlurm, SlurmUnavailable, register
 
-# the jobs tests' personas and the real console stack of the end-to-end tests
-alice, bob, staff = personas.alice, personas.bob, personas.staff
-alice_client, staff_client = personas.alice_client, personas.staff_client
-fast_password_hashing = personas.fast_password_hashing
+# the real console stack of the end-to-end tests (the personas are the root conftest's)
 stack, e2e_settings, upload_script = e2e.stack, e2e.e2e_settings, e2e.upload_script
-object_storage_settings = personas.object_storage_settings
 env_cache = e2e.env_cache
-
-IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-
 
 
 @pytest.fixture(scope="session")
@@ -35,9 +26,7 @@ def slurm():
     try:
         cluster.start()
     except SlurmUnavailable as exc:
-        if IN_CI:
-            pytest.fail(f"Slurm must run in CI: {exc}")
-        pytest.skip(str(exc))
+        unavailable(f"Slurm does not start here: {exc}")
     yield cluster
     cluster.stop()
 

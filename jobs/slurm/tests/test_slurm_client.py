@@ -32,10 +32,15 @@ def test_every_api_version_submits_reads_and_cancels_a_two_node_job(idle_slurm, 
     running = wait_until(lambda: (j := client.job(job_id)) and j.state == "RUNNING" and j, timeout=20, message="RUNNING")
     assert running.nodes == ("n1", "n2") and running.restart_count == 0 and running.start_time is not None
     assert job_id in {j.job_id for j in client.jobs()}
+    out = idle_slurm.work_dir / f"slurm-{job_id}.out"
+
+    def both_lines() -> bool:  # RUNNING comes before srun's step has launched: cancel after it printed
+        text = out.read_text() if out.exists() else ""
+        return "n1 GPUs=0,1" in text and "n2 GPUs=0,1" in text  # the fake GPU devices, as gres
+
+    wait_until(both_lines, timeout=30, message="both nodes' step lines")
     client.cancel(job_id)
     wait_until(lambda: client.job(job_id).state == "CANCELLED", timeout=20, message="CANCELLED")
-    output = (idle_slurm.work_dir / f"slurm-{job_id}.out").read_text()
-    assert "n1 GPUs=0,1" in output and "n2 GPUs=0,1" in output  # the fake GPU devices, as gres
 
 
 def test_the_exit_code_of_a_failed_job_comes_from_its_completion_record(idle_slurm):

@@ -21,6 +21,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True, serializ
 TRAIN = "PYTHONPATH=$CHECKPOINT_VENDOR torchrun train_ckpt.py --steps {steps} --every {every} --sleep 0.15"
 
 
+@pytest.mark.duration(35)
 def test_a_spot_job_preempted_by_an_on_demand_job_pauses_and_resumes_from_its_checkpoint(
         alice, bob, slurm_cluster, upload_script, e2e_settings):
     # it holds every GPU of both nodes; one rank per node keeps this 2-core machine responsive
@@ -52,6 +53,7 @@ def test_a_spot_job_preempted_by_an_on_demand_job_pauses_and_resumes_from_its_ch
     assert sum("Starting dataset initialization" in line for line in master) == 2
 
 
+@pytest.mark.duration(40)
 def test_a_node_failure_requeues_a_failover_job_on_a_healthy_node_and_it_completes(
         alice, slurm_cluster, idle_slurm, upload_script, e2e_settings):
     job = slurm_job(alice, "slurm-nodefail", TRAIN.format(steps=40, every=5), node_count=1, failover_enabled=True,

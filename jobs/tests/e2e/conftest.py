@@ -25,8 +25,9 @@ SCRIPT_BUCKET = "e2e-scripts"
 
 
 @pytest.fixture(scope="module")
-def stack(django_db_setup, django_db_blocker, object_store, tmp_path_factory, env_cache):
-    """daphne + Celery worker + beat on the test database, for the tests of one module."""
+def stack(request, django_db_setup, django_db_blocker, object_store, tmp_path_factory, env_cache):
+    """daphne + Celery worker + beat on the test database, for the tests of one module (a module
+    may set CONSOLE_PROCESSES = 2 for two daphne processes sharing the port)."""
     env = {
         **os.environ,
         **object_store.env(),
@@ -40,10 +41,14 @@ def stack(django_db_setup, django_db_blocker, object_store, tmp_path_factory, en
         "SCHEDULER_TICK_SECONDS": "1",
         "PYTHONUNBUFFERED": "1",
     }
-    running = Stack(env=env, log_dir=tmp_path_factory.mktemp("stack"), env_cache=env_cache)
+    running = Stack(env=env, log_dir=tmp_path_factory.mktemp("stack"), env_cache=env_cache,
+                    console_processes=getattr(request.module, "CONSOLE_PROCESSES", 1))
     from console.celery import app
+    from jobs import notify
 
     app.control.purge()  # tasks queued by earlier unit tests name rows that no longer exist
+    # a purged scheduler run leaves its request flag set: no tick would ask for a run until it expired
+    notify.schedule_request_taken()
     running.start_console()
     running.start_workers()
     yield running

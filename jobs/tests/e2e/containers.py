@@ -38,6 +38,7 @@ from typing import Any
 
 import pytest
 
+from ..machine import unavailable
 from . import framework_image
 
 CACHE_DIR = Path(os.environ.get("SIMPLEAI_CACHE_DIR", "/var/cache/simpleai"))
@@ -370,7 +371,7 @@ def container_host(tmp_path_factory):
     """Podman's Docker Engine API + a private registry (user `trainer`, a random password)
     holding `team/minbase:1`; installs and builds what is missing on first use."""
     if os.geteuid() != 0:  # CI runs as root; so must a developer who wants these tests
-        pytest.skip("real containers need root here (rootful Podman, and apt to install it)")
+        unavailable("real containers need root here (rootful Podman, and apt to install it)")
     # a short path: the socket's must fit in 108 bytes
     host = start_container_host(Path(tempfile.mkdtemp(prefix="simpleai-ctr-")))
     print(f"\ncontainer host ready: {host.timings}", file=sys.stderr)

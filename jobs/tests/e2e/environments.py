@@ -45,6 +45,11 @@ def seeded_specs() -> list[protocol.TrainingEnvironment]:
     ]
 
 
+def node_cache(root: Path | None = None) -> EnvironmentCache:
+    """The cache as the tests' agents use it: nodes with simulated GPUs, so CPU nodes."""
+    return EnvironmentCache(root or cache_dir(), cpu_node=True)
+
+
 class PrintLog:
     def info(self, text: str) -> None:
         print(f"[INFO] {text}", flush=True)
@@ -60,7 +65,7 @@ async def _ensure(cache: EnvironmentCache) -> None:
 
 def ensure_environments(root: Path | None = None) -> Path:
     root = root or cache_dir()
-    asyncio.run(_ensure(EnvironmentCache(root)))
+    asyncio.run(_ensure(node_cache(root)))
     return root
 
 

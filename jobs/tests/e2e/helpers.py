@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import psutil
+import psycopg
+from django.conf import settings
+
 from jobs import actions
 from jobs.models import TrainingJob
 from monitoring.models import LogLine
@@ -37,3 +41,33 @@ def wait_for_status(job_id: int, *statuses: str, timeout: float = 90) -> Trainin
 
 def stream_text(job_id: int, stream: str) -> list[str]:
     return list(LogLine.objects.filter(job_id=job_id, stream=stream).order_by("attempt", "seq").values_list("text", flat=True))
+
+
+class DatabaseGate:
+    """Makes the test database refuse the console's connections (and drops the open ones), as a
+    PostgreSQL outage looks to the console; the test's own connection stays."""
+
+    def __init__(self) -> None:
+        db = settings.DATABASES["default"]
+        self.name = db["NAME"]
+        self.admin = dict(host=db["HOST"] or "127.0.0.1", port=db["PORT"] or 5432, user=db["USER"], dbname="postgres", autocommit=True)
+
+    def _run(self, *statements: tuple[str, list]) -> None:
+        with psycopg.connect(**self.admin) as conn:
+            for sql, params in statements:
+                conn.execute(sql, params)
+
+    def close(self, pids: list[int]) -> None:
+        """Refuse new connections, and drop the open ones of these processes (the console's) only:
+        the test process's own connections, in any thread, stay usable."""
+        ports = [
+            c.laddr.port for pid in pids for proc in [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+            for c in proc.net_connections(kind="tcp") if c.raddr and c.raddr.port == int(self.admin["port"])
+        ]
+        self._run(
+            (f'ALTER DATABASE "{self.name}" ALLOW_CONNECTIONS false', []),
+            ("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND client_port = ANY(%s)", [self.name, ports]),
+        )
+
+    def open(self) -> None:
+        self._run((f'ALTER DATABASE "{self.name}" ALLOW_CONNECTIONS true', []))

@@ -17,7 +17,7 @@ from pathlib import Path
 from django.conf import settings
 
 from console.services.ports import free_port, wait_for_port
-from console.services.processes import beat_command, daphne_command, worker_command
+from console.services.processes import beat_command, console_commands, worker_command
 
 ROOT = Path(settings.BASE_DIR)
 
@@ -27,7 +27,10 @@ def database_url() -> str:
     if db["ENGINE"] != "django.db.backends.postgresql":
         raise RuntimeError("end-to-end tests need PostgreSQL (run them through `make test`)")
     auth = db["USER"] + (f":{db['PASSWORD']}" if db["PASSWORD"] else "")
-    return f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+    host, port = db["HOST"] or "127.0.0.1", db["PORT"] or 5432
+    if host.startswith("/"):  # a Unix socket directory (make run's private PostgreSQL)
+        return f"postgres://{auth}@/{db['NAME']}?host={host}&port={port}"
+    return f"postgres://{auth}@{host}:{port}/{db['NAME']}"
 
 
 def _stop(process: subprocess.Popen, timeout: float = 15) -> None:
@@ -82,23 +85,33 @@ class Stack:
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
     agents: list[Agent] = field(default_factory=list)
     env_cache: Path | None = None  # the agents' shared training environments (--env-cache)
+    console_processes: int = 1  # daphne processes sharing the port (more than one: one listening socket)
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def _spawn(self, name: str, args: list[str]) -> None:
+    def _spawn(self, name: str, args: list[str], pass_fds: tuple[int, ...] = ()) -> None:
         with open(self.log_dir / f"{name}.log", "ab") as log:
             self.processes[name] = subprocess.Popen(
                 args, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                pass_fds=pass_fds,
             )
 
     def start_console(self) -> None:
-        self._spawn("daphne", daphne_command(self.port))
+        commands, sock = console_commands(self.port, self.console_processes)  # as make run's CONSOLE_PROCESSES
+        for name, args in commands:
+            self._spawn(name, args, (sock.fileno(),) if sock else ())
+        if sock is not None:
+            sock.close()
         wait_for_port(self.port, timeout=30)
 
+    def daphnes(self) -> dict[str, subprocess.Popen]:
+        return {name: p for name, p in self.processes.items() if name.startswith("daphne")}
+
     def stop_console(self) -> None:
-        _stop(self.processes.pop("daphne"))
+        for name in self.daphnes():
+            _stop(self.processes.pop(name))
 
     def start_workers(self) -> None:
         self._spawn("worker", worker_command(log_level="info"))

@@ -2,7 +2,8 @@
 
 A raw WebSocket client speaks for a node with a real token, beside real agents running jobs:
 nothing it sends may jam its own connection, write into another node's job, or cordon a
-shared node; a second agent with the same token replaces the first.
+shared node; a second agent with the same token replaces the first; a console that cannot
+reach its database asks its agents to come back later, and their jobs go on.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from jobs.models import JobAttempt, Node, NodeToken, RejectedAgentMessage
 from monitoring.models import LogLine, MetricSeries
 from nodeagent import protocol
 
-from .helpers import create_job, stream_text, wait_for_status
+from .helpers import DatabaseGate, create_job, stream_text, wait_for_status
 from .stack import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
@@ -214,3 +215,27 @@ def test_a_second_agent_with_the_same_token_replaces_the_first(alice, stack, sta
     job = wait_for_status(job.pk, "Completed", "Failed", timeout=120)
     assert job.status == "Completed", job.status_reason
     assert job.current_attempt == 2 and JobAttempt.objects.get(job=job, number=2).placements.get().node_id == node.pk
+
+
+def test_a_console_without_its_database_asks_the_agent_to_retry_and_the_job_goes_on(alice, stack, start_nodes):
+    """daphne answered with a close code its WebSocket library refuses to send (1013): the close
+    became an error, and the agent read it as a broken connection instead of "try again"."""
+    [agent] = start_nodes("steady")
+    job = create_job(alice, "steady", LOOP.format(n=40))
+    wait_for_status(job.pk, "Running", timeout=60)
+    wait_until(lambda: LogLine.objects.filter(job=job, text="step 3").exists(), timeout=30, message="step 3")
+
+    gate = DatabaseGate()
+    gate.close([process.pid for process in stack.processes.values()])
+    try:  # the agent's next batch of lines cannot be stored: the console says so and closes 4503
+        wait_until(lambda: "the console is degraded" in agent.output(), timeout=30, message="the agent to hear it")
+    finally:
+        gate.open()
+
+    job = wait_for_status(job.pk, "Completed", "Failed", "Pending - failoverinprogress", timeout=90)
+    assert job.status == "Completed", job.status_reason
+    texts = stream_text(job.pk, "master")
+    assert [t for t in texts if t.startswith("step ")] == [f"step {i}" for i in range(1, 41)]  # each once, in order
+    daphne = (stack.log_dir / "daphne.log").read_text()
+    assert "invalid close code" not in daphne
+    assert "fencing" not in agent.output() and not Node.objects.get(name="steady").lost

@@ -79,6 +79,7 @@ def real_ids(path: str, objects: dict) -> list[dict]:
     return []
 
 
+@pytest.mark.duration(75)
 def test_every_operation_answers_as_the_schema_says(api_server, objects):
     tokens = objects["tokens"]
     schema = schemathesis.openapi.from_url(

@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from jobs import nodes
 from jobs.models import JobAttempt, Node, TrainingJob
+from jobs.nodes import registry
 from monitoring.models import LogLine
 
 from .helpers import create_job, stream_text, wait_for_status
@@ -19,7 +19,7 @@ TRAIN = "PYTHONPATH=$CHECKPOINT_VENDOR torchrun train_ckpt.py --steps {steps} --
 
 
 def inject(node_name: str, kind: str = "xid", gpu: int = 0, xid: int | None = 79) -> None:
-    nodes.inject_fault(Node.objects.get(name=node_name).pk, kind, gpu, xid)
+    registry.inject_fault(Node.objects.get(name=node_name).pk, kind, gpu, xid)
 
 
 def node_of(job: TrainingJob, role: str = "master") -> str:
@@ -35,6 +35,7 @@ def history(job: TrainingJob) -> list[str]:
     return list(job.status_changes.values_list("new_status", flat=True))
 
 
+@pytest.mark.duration(35)
 def test_an_xid_79_fails_a_two_node_job_over_and_it_resumes_from_its_checkpoint(alice, start_nodes, upload_script, e2e_settings):
     start_nodes("node-a", "node-b", "node-c")
     job = create_job(alice, "survives-xid", TRAIN.format(steps=45), node_count=2, failover_enabled=True,
@@ -75,6 +76,7 @@ def test_a_python_exception_is_internalerror_without_retry(alice, start_nodes, e
     assert any("[CONSOLE]" in line and "a Python exception" in line for line in stream_text(job.pk, "master"))
 
 
+@pytest.mark.duration(50)
 def test_a_killed_agent_loses_its_node_the_job_fails_over_and_the_node_is_fenced_after(alice, start_nodes, upload_script, e2e_settings):
     agents = {a.name: a for a in start_nodes("node-a", "node-b", "node-c")}
     job = create_job(alice, "agent-dies", TRAIN.format(steps=45), node_count=2, failover_enabled=True,

@@ -87,6 +87,7 @@ def test_torchrun_joins_both_nodes(alice, start_nodes, volume, e2e_settings):
     assert ranks_in(job.pk, "worker-1", r"^rank (\d) of 4 .*all_reduce 6") == {2, 3}
 
 
+@pytest.mark.duration(50)
 def test_the_seed_deepspeed_command_trains_zero3_across_both_nodes_without_ssh(alice, start_nodes, volume, e2e_settings):
     start_nodes("node-a", "node-b")
     checkpoints = volume / "ds-checkpoints"
@@ -106,6 +107,7 @@ def test_the_seed_deepspeed_command_trains_zero3_across_both_nodes_without_ssh(a
     assert sorted(f["rank"] for f in manifest["files"] if f["kind"] == "shard") == [0, 1]
 
 
+@pytest.mark.duration(40)
 def test_the_seed_accelerate_command_trains_the_trainer_across_both_nodes(alice, start_nodes, volume, e2e_settings):
     start_nodes("node-a", "node-b")
     command = (f"PYTHONPATH=$CHECKPOINT_VENDOR accelerate launch --config_file {volume}/fsdp_config.yaml "
@@ -121,8 +123,9 @@ def test_the_seed_accelerate_command_trains_the_trainer_across_both_nodes(alice,
     assert sorted(path.name for path in committed.iterdir() if path.name.startswith("step-")) == ["step-3", "step-6"]
 
 
+@pytest.mark.duration(90)
 def test_a_zero3_deepspeed_job_resumes_from_its_concurrent_checkpoint_after_a_failover(alice, start_nodes, volume, e2e_settings):
-    from jobs import nodes
+    from jobs.nodes import registry
 
     start_nodes("node-a", "node-b")
     command = (f"PYTHONPATH=$CHECKPOINT_VENDOR deepspeed --num_gpus=2 {volume}/train_deepspeed.py "
@@ -134,7 +137,7 @@ def test_a_zero3_deepspeed_job_resumes_from_its_concurrent_checkpoint_after_a_fa
                message="checkpoint step 8 durable in object storage")
     faulty = JobAttempt.objects.get(job=job, number=1).placements.get(role="master").node_name
 
-    nodes.inject_fault(Node.objects.get(name=faulty).pk, "xid", 0, 79)  # the GPU falls off the bus
+    registry.inject_fault(Node.objects.get(name=faulty).pk, "xid", 0, 79)  # the GPU falls off the bus
 
     job = wait_for_status(job.pk, "Completed", "Failed", "Pending - internalerror", "Pending - maxretriesexceeded", timeout=240)
     assert job.status == "Completed", job.status_reason
@@ -155,6 +158,7 @@ IN_CONTAINERS = pytest.mark.parametrize("runtime", ["docker"], indirect=True)
 
 
 @IN_CONTAINERS
+@pytest.mark.duration(90)
 def test_in_containers_the_seed_python_command_runs_in_the_framework_image(alice, start_nodes, upload_script, volume, e2e_settings, runtime):
     start_nodes("node-a", "node-b")
     command = 'PYTHONPATH=$CHECKPOINT_VENDOR HF_DATASETS_OFFLINE="1" python version_check.py'
@@ -174,6 +178,7 @@ def test_in_containers_the_seed_python_command_runs_in_the_framework_image(alice
 
 
 @IN_CONTAINERS
+@pytest.mark.duration(110)
 def test_in_containers_the_seed_deepspeed_command_joins_both_nodes(alice, start_nodes, volume, e2e_settings, runtime):
     start_nodes("node-a", "node-b")
     command = (f"PYTHONPATH=$CHECKPOINT_VENDOR deepspeed --num_gpus=1 {volume}/train_deepspeed.py "
@@ -192,12 +197,11 @@ def test_in_containers_the_seed_deepspeed_command_joins_both_nodes(alice, start_
 def small_environment(name: str, version: str) -> TrainingEnvironment:
     """A staff-made environment, removed from the agents' cache so that this run builds it."""
     from jobs.environments import spec_for
-    from nodeagent.envcache import EnvironmentCache
 
     environment = TrainingEnvironment.objects.create(
         name=name, framework="pytorch", version=version, requirements="torch==2.13.0\nsafetensors==0.8.0\n",
     )
-    shutil.rmtree(EnvironmentCache(environments.cache_dir()).entry(spec_for(environment)), ignore_errors=True)
+    shutil.rmtree(environments.node_cache().entry(spec_for(environment)), ignore_errors=True)
     return environment
 
 

@@ -14,17 +14,14 @@ import os
 import subprocess
 import time
 
-import psutil
-import psycopg
 import pytest
-from django.conf import settings
 
 from console.services.ports import free_port, wait_for_port
 from console.services.redis_server import redis_binary
 from jobs.models import JobAttempt, Node, NodeToken
 from monitoring.models import LogLine
 
-from .helpers import create_job, wait_for_status
+from .helpers import DatabaseGate, create_job, wait_for_status
 from .stack import Stack, database_url, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
@@ -57,38 +54,8 @@ class PrivateRedis:
             self.process.wait(timeout=15)
 
 
-class DatabaseGate:
-    """Makes the test database refuse the console's connections (and drops the open ones), as a
-    PostgreSQL outage looks to the console; the test's own connection stays."""
-
-    def __init__(self) -> None:
-        db = settings.DATABASES["default"]
-        self.name = db["NAME"]
-        self.admin = dict(host=db["HOST"] or "127.0.0.1", port=db["PORT"] or 5432, user=db["USER"], dbname="postgres", autocommit=True)
-
-    def _run(self, *statements: tuple[str, list]) -> None:
-        with psycopg.connect(**self.admin) as conn:
-            for sql, params in statements:
-                conn.execute(sql, params)
-
-    def close(self, pids: list[int]) -> None:
-        """Refuse new connections, and drop the open ones of these processes (the console's) only:
-        the test process's own connections, in any thread, stay usable."""
-        ports = [
-            c.laddr.port for pid in pids for proc in [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
-            for c in proc.net_connections(kind="tcp") if c.raddr and c.raddr.port == int(self.admin["port"])
-        ]
-        self._run(
-            (f'ALTER DATABASE "{self.name}" ALLOW_CONNECTIONS false', []),
-            ("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND client_port = ANY(%s)", [self.name, ports]),
-        )
-
-    def open(self) -> None:
-        self._run((f'ALTER DATABASE "{self.name}" ALLOW_CONNECTIONS true', []))
-
-
 @pytest.fixture(scope="module")
-def outage_stack(django_db_setup, django_db_blocker, object_store, tmp_path_factory):
+def outage_stack(django_db_setup, django_db_blocker, object_store, tmp_path_factory, env_cache):
     """A console of its own (daphne, Celery worker and beat) on a private Redis."""
     redis = PrivateRedis(tmp_path_factory.mktemp("redis"))
     redis.start()
@@ -98,7 +65,8 @@ def outage_stack(django_db_setup, django_db_blocker, object_store, tmp_path_fact
         "NODE_LOST_AFTER_SECONDS": "20", "JOB_STOP_GRACE_SECONDS": "5", "SCHEDULER_TICK_SECONDS": "1",
         "PYTHONUNBUFFERED": "1",
     }
-    stack = Stack(env=env, log_dir=tmp_path_factory.mktemp("outage-stack"))
+    # the machine's built environments: a job that first builds one would not be Running in time
+    stack = Stack(env=env, log_dir=tmp_path_factory.mktemp("outage-stack"), env_cache=env_cache)
     stack.start_console()
     stack.start_workers()
     yield stack, redis
@@ -106,6 +74,7 @@ def outage_stack(django_db_setup, django_db_blocker, object_store, tmp_path_fact
     redis.stop()
 
 
+@pytest.mark.duration(160)
 def test_training_rides_out_a_two_minute_outage_of_the_console_its_redis_and_its_database(alice, outage_stack):
     stack, redis = outage_stack
     _, token = NodeToken.mint("steady-1")

@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True, serializ
 
 
 @pytest.fixture
-def redis_stack(django_db_setup, object_store, tmp_path):
+def redis_stack(django_db_setup, object_store, tmp_path, env_cache):
     """daphne + Celery worker + beat + one agent, all on a private Redis the test may stop."""
     run_dir = tmp_path / "redis"
     url, process = start_private_redis(run_dir)
@@ -37,7 +37,7 @@ def redis_stack(django_db_setup, object_store, tmp_path):
         "REDIS_URL": url, "CHANNELS_PREFIX": "redis-outage",
         "NODE_LOST_AFTER_SECONDS": "60", "SCHEDULER_TICK_SECONDS": "1", "PYTHONUNBUFFERED": "1",
     }
-    stack = Stack(env=env, log_dir=tmp_path / "stack")
+    stack = Stack(env=env, log_dir=tmp_path / "stack", env_cache=env_cache)  # the machine's built environments
     stack.log_dir.mkdir()
     stack.start_console()
     stack.start_workers()

@@ -32,6 +32,7 @@ class Harness:
     def __init__(self, runtime: Runtime, image: str, registry: dict[str, str] | None, tmp_path: Path, host=None) -> None:
         self.runtime, self.image, self.registry, self.tmp_path, self.host = runtime, image, registry, tmp_path, host
         self.count = 0
+        self.marker: dict = {}  # the last run's, as the agent writes it down (Execution.marker)
 
     def run(self, command: str, stop_after: float | None = None, grace: float = 5.0):
         self.count += 1
@@ -45,6 +46,7 @@ class Harness:
             await self.runtime.prepare_image(placement, LogStream(Outbox(spool), 1, 1, "master"))
             env = self.runtime.environment(placement, workdir / "output")
             execution = await self.runtime.start(LaunchSpec(placement, workdir, workdir / "output", env), lines.append)
+            self.marker = execution.marker
             if stop_after is not None:
                 await asyncio.sleep(stop_after)
                 await execution.stop(grace)
@@ -53,6 +55,13 @@ class Harness:
         began = time.monotonic()
         status = asyncio.run(go())
         return status, lines, time.monotonic() - began
+
+    def leftovers(self) -> list[str]:
+        """What the last run left on the engine: its node's containers, or the live (not zombie)
+        members of its process group."""
+        if isinstance(self.runtime, DockerRuntime):
+            return self.host.containers(node=self.runtime.node_name)
+        return _live_group_members(self.marker["pid"])
 
 
 @pytest.fixture(params=["process", "docker"])
@@ -112,9 +121,24 @@ def test_background_children_do_not_outlive_the_command(harness):
 
 
 def test_nothing_is_left_on_the_engine(harness):
-    harness.run("echo bye")
-    if isinstance(harness.runtime, DockerRuntime):
-        assert harness.host.containers(node=harness.runtime.node_name) == []
+    status, lines, _ = harness.run("sleep 305 & echo bye")
+    assert (status.exit_code, lines) == (0, ["bye"])
+    assert harness.marker  # the run was watched: the agent could find it again after a restart
+    assert harness.leftovers() == []
+
+
+def _live_group_members(pgid: int) -> list[str]:
+    """`pid command` of each process in group `pgid` that is not a zombie, from /proc."""
+    members = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue  # it ended while we looked
+        name, fields = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            members.append(f"{entry} {name}")
+    return members
 
 
 def _assert_no_process(pattern: str) -> None:

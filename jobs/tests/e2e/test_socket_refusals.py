@@ -19,6 +19,7 @@ from playwright.sync_api import expect, sync_playwright
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
+from console.sockets import CLOSE_NOT_FOUND, CLOSE_UNAUTHENTICATED
 from jobs import actions
 
 from .helpers import create_job
@@ -56,15 +57,15 @@ def close_code(stack, path: str, cookie: dict | None) -> int:
 @pytest.mark.parametrize("path", ["/ws/jobs/{id}/", "/ws/jobs/{id}/logs/", "/ws/jobs/"])
 def test_daphne_refuses_a_socket_without_a_session_with_4401(alice, stack, path):
     job = create_job(alice, "no-session", "true")
-    assert close_code(stack, path.format(id=job.pk), None) == 4401
+    assert close_code(stack, path.format(id=job.pk), None) == CLOSE_UNAUTHENTICATED
 
 
 @pytest.mark.parametrize("path", ["/ws/jobs/{id}/", "/ws/jobs/{id}/logs/"])
 def test_daphne_refuses_someone_elses_or_a_deleted_job_with_4404(alice, bob, stack, path):
     job = create_job(alice, "alices", "true")
-    assert close_code(stack, path.format(id=job.pk), session_cookie(bob, stack.url)) == 4404
+    assert close_code(stack, path.format(id=job.pk), session_cookie(bob, stack.url)) == CLOSE_NOT_FOUND
     actions.delete_job(job.pk)
-    assert close_code(stack, path.format(id=job.pk), session_cookie(alice, stack.url)) == 4404
+    assert close_code(stack, path.format(id=job.pk), session_cookie(alice, stack.url)) == CLOSE_NOT_FOUND
 
 
 @pytest.mark.browser
@@ -110,6 +111,10 @@ def test_pages_say_why_they_stopped_and_stop_reconnecting(alice, stack):
         expect(pages["kept"].locator("#session-ended a")).to_have_attribute("href", f"/login/?next=%2Fjobs%2F{kept.pk}%2F")
         pages["kept"].screenshot(path=str(settings.BASE_DIR / "docs" / "screenshots" / "session-ended.png"))
 
+        # every socket of those pages has come back once and been refused: a socket still in its
+        # backoff when the console returned (up to 30 s after the outages) reconnects only now
+        expect(pages["kept"].locator("#log-state")).to_have_text("Not live: log in again", timeout=40_000)
+        expect(pages["away"].locator("#log-state")).to_have_text("Not live: this job was deleted", timeout=40_000)
         # none of them tries again (a page that did would show up here within its 1-4 s backoff)
         attempts = len(opened)
         pages["kept"].wait_for_timeout(6000)

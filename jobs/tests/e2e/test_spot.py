@@ -13,15 +13,17 @@ from .test_failover import history, steps_logged
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
 
 
+@pytest.mark.duration(70)
 def test_a_spot_job_pauses_for_an_on_demand_job_and_resumes_from_its_checkpoint(alice, bob, start_nodes, upload_script, e2e_settings):
-    start_nodes("node-a")
+    # a node of 2 GPUs: torchrun starts a rank per GPU, and the on-demand job needs both of them
+    start_nodes("node-a", gpus="simulated:2")
     spot = create_job(alice, "cheap", "PYTHONPATH=$CHECKPOINT_VENDOR torchrun train_ckpt.py --steps 40 --every 1000 --sleep 0.1",
-                      learning_type="spot", gpus_per_node=8, memory_gb=2048, script_url=upload_script("train_ckpt.py"))
+                      learning_type="spot", gpus_per_node=2, memory_gb=512, script_url=upload_script("train_ckpt.py"))
     wait_for_status(spot.pk, "Running", timeout=60)
     wait_until(lambda: len(steps_logged(spot.pk, "master", 1)) >= 5, timeout=60, message="five spot steps")
 
     # keep-alive 0: its node is not held warm for bob, so the spot job gets it back at once
-    urgent = create_job(bob, "urgent", "echo on-demand work; sleep 2", gpus_per_node=8, memory_gb=2048, keep_alive_minutes=0)
+    urgent = create_job(bob, "urgent", "echo on-demand work; sleep 2", gpus_per_node=2, memory_gb=512, keep_alive_minutes=0)
 
     spot = wait_for_status(spot.pk, "Pending - spotinterrupted", timeout=60)
     assert "capacity reclaimed by on-demand job urgent" in spot.status_reason.lower()

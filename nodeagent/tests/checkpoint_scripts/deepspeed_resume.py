@@ -2,8 +2,13 @@
 
 Phase 1 trains 12 steps and checkpoints every 4 (concurrently); phase 2 builds a fresh engine
 from a different seed, loads step 8 and trains steps 9..12 again. Rank 0 prints one JSON line
-with both runs' losses of steps 9..12 and a digest of the full parameters after step 12, so the
-test compares them bit for bit. The same batches feed both phases (seeded by step and rank).
+with every rank's losses of steps 9..12 in both runs and every rank's state digest (its master
+weights and optimizer state) at step 8 and after the load, and after step 12 in both runs, so
+the test compares them bit for bit. The same batches feed both phases (seeded by step and rank).
+
+The digests read each rank's own training state, not `deepspeed.zero.GatheredParameters`: on
+CPU that gather now and then returns other values for the same partitions (seen about once in
+twenty runs under load, in a run that never checkpointed, while the partitions were equal).
 """
 
 import argparse
@@ -52,26 +57,59 @@ def train(engine, first, last, save_every=0):
     return losses
 
 
-def digest(engine):
-    with deepspeed.zero.GatheredParameters(list(engine.module.parameters()), enabled=args.zero == 3):
-        return hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in engine.module.parameters())).hexdigest()
+def tensors_in(value):
+    if torch.is_tensor(value):
+        yield value
+    elif isinstance(value, dict):
+        for key in sorted(value, key=str):
+            yield from tensors_in(value[key])
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from tensors_in(item)
+
+
+def state_digests(engine):
+    """Every rank's digest of what it trains: its master weights (under ZeRO-3 its fp32
+    partitions, else the module's parameters) and its optimizer's state. A collective."""
+    optimizer = engine.optimizer
+    if args.zero == 3:
+        weights, inner = list(optimizer.fp32_partitioned_groups_flat), optimizer.optimizer.state
+    else:
+        weights, inner = list(engine.module.parameters()), getattr(optimizer, "optimizer", optimizer).state
+    digest = hashlib.sha256()
+    for tensor in [*weights, *tensors_in([inner[key] for key in inner])]:
+        digest.update(tensor.detach().contiguous().numpy().tobytes())
+    every_rank = [None] * dist.get_world_size()
+    dist.all_gather_object(every_rank, digest.hexdigest())
+    return every_rank
+
+
+def every_rank(losses):
+    gathered = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, [losses[s] for s in range(9, 13)])
+    return gathered
 
 
 first = engine_from(seed=0)
 checkpoints = wrap_deepspeed_engine(first, host_cache_size=0.05)
-original = train(first, 1, 12, save_every=4)
+original = train(first, 1, 8, save_every=4)
+at_step_8 = state_digests(first)
+original.update(train(first, 9, 12, save_every=4))
 checkpoints.wait()
-original_digest = digest(first)
+original_digests = state_digests(first)
 
 second = engine_from(seed=123)  # different weights: only the checkpoint can make them equal
 wrap_deepspeed_engine(second, host_cache_size=0.05)
 path, client_state = second.load_checkpoint(args.out, tag="global_step8")
+restored = state_digests(second)
 resumed = train(second, 9, 12)
-resumed_digest = digest(second)  # a collective under ZeRO-3: every rank takes part
+resumed_digests = state_digests(second)
+original_losses, resumed_losses = every_rank(original), every_rank(resumed)
 if rank == 0:
     print("RESULT " + json.dumps({
         "path": path, "client_state": client_state, "global_steps": second.global_steps,
-        "original": [original[s] for s in range(9, 13)], "resumed": [resumed[s] for s in range(9, 13)],
-        "original_digest": original_digest, "resumed_digest": resumed_digest,
+        "original": original_losses, "resumed": resumed_losses,
+        "at_step_8": at_step_8, "restored": restored,
+        "original_digests": original_digests, "resumed_digests": resumed_digests,
         "world": dist.get_world_size(), "shards": sorted(os.listdir(path)),
     }), flush=True)
