@@ -33,7 +33,7 @@ class BenchStack:
             **os.environ,
             "DJANGO_SETTINGS_MODULE": "console.settings",
             "DATABASE_URL": f"{BENCH_PG}/{BENCH_DB}",
-            "REDIS_URL": os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/13"),
+            "REDIS_URL": os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/9"),
             "CHANNELS_PREFIX": "simpleai-bench",
             "JOB_STOP_GRACE_SECONDS": "5",
             "SCHEDULER_TICK_SECONDS": "1",
@@ -102,7 +102,7 @@ class BenchDatabase:
         subprocess.run(["psql", BENCH_PG + "/postgres", "-qc", f"CREATE DATABASE {BENCH_DB}"], check=True)
         os.environ.update({
             "DJANGO_SETTINGS_MODULE": "console.settings", "DATABASE_URL": f"{BENCH_PG}/{BENCH_DB}",
-            "REDIS_URL": os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/13"),
+            "REDIS_URL": os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/9"),
         })
         subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=os.environ, check=True)
         import django

@@ -1,8 +1,8 @@
 """A fleet of simulated nodes against one console. Prints figures; asserts nothing.
 
-Run: `.venv/bin/python benchmarks/fleet.py [--nodes 1000] [--jobs 5000] [--job-seconds 10]`.
+Run: `.venv/bin/python benchmarks/fleet.py [--nodes 1000] [--jobs 1000] [--backlog 5000] [--job-seconds 10]`.
 A real console (daphne, one Celery worker, beat) on a throw-away PostgreSQL database and Redis
-db 13, and `--nodes` simulated agents in this one process: each speaks the real protocol over its
+db 9 (apart from the test workers' 14, 13, …), and `--nodes` simulated agents in this one process: each speaks the real protocol over its
 own WebSocket with its own node token (nodeagent.connection.Connection, nodeagent.spool.Spool,
 unchanged; the spool skips fsync, as a thousand agents share this one disk). An agent "runs" a
 placement by reporting it preparing and running, printing two lines, and exiting 0 after the
@@ -10,9 +10,15 @@ seconds its command sleeps. Three phases:
 
 1. connect: agents connect at `--connect-rate` per second; hello → welcome times;
 2. idle: `--idle-seconds` of heartbeats only: the console's CPU and memory;
-3. jobs: `--jobs` jobs (1–2 nodes × 1–8 GPUs, `sleep --job-seconds`) created through the REST
-   API by four users; `--kill` agents are killed half-way (their sockets dropped, no more
-   heartbeats): how long until each is declared Lost.
+3. jobs while capacity is free: `--jobs` jobs (1–2 nodes × 1–8 GPUs, `sleep --job-seconds`)
+   created through the REST API by `--clients` users as fast as the API takes them: created →
+   Running and agent message → ack while nothing has to wait;
+4. a backlog: `--backlog` more jobs created while staff have every node cordoned, then every node
+   uncordoned at once, as when a sweep is submitted faster than any API can place it one by one
+   (on 2 cores the API takes ~15 jobs/s, far fewer than a thousand nodes finish): how busy the
+   fleet's GPUs stay while jobs wait, completions per minute against the ideal; `--kill` agents
+   are killed during the drain (sockets dropped, no more heartbeats): how long until each is
+   declared Lost under that load.
 
 Throughout: connected and Lost nodes every 5 s, the heartbeat processing lag (when the console
 stored a node's newest heartbeat minus when the agent sent it), created → Running, agent
@@ -56,7 +62,7 @@ from nodeagent.spool import Spool  # noqa: E402
 
 PG = os.environ.get("BENCH_PG", "postgres://postgres@127.0.0.1:5432")
 DB = os.environ.get("BENCH_DATABASE", "simpleai_fleet")
-REDIS = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/13")
+REDIS = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/9")
 GRACE = 30  # NODE_LOST_AFTER_SECONDS of the console under test
 
 
@@ -240,15 +246,41 @@ class Probe:
     def __init__(self, console: Console) -> None:
         self.console = console
         self.db = psycopg.connect(f"{PG}/{DB}", autocommit=True)
-        self.timeline: list[tuple[float, int, int, float, float]] = []  # t, connected, lost, busy %, lag p99
+        # t, connected, lost, busy %, lag p99, jobs waiting
+        self.timeline: list[tuple[float, int, int, float, float, int]] = []
 
     def poll(self, t0: float, gpus: int) -> None:
         connected, lost = self.db.execute("SELECT count(*) FILTER (WHERE connected), count(*) FILTER (WHERE lost) FROM jobs_node").fetchone()
         held = self.db.execute(
             "SELECT coalesce(sum(jsonb_array_length(gpu_indices)), 0) FROM jobs_placement WHERE state IN ('assigned','preparing','running')"
         ).fetchone()[0]
+        waiting = self.db.execute("SELECT count(*) FROM jobs_trainingjob WHERE status = 'Pending'").fetchone()[0]
         lag = self.lag_p99()
-        self.timeline.append((time.monotonic() - t0, connected, lost, 100 * held / gpus if gpus else 0, lag))
+        self.timeline.append((time.monotonic() - t0, connected, lost, 100 * held / gpus if gpus else 0, lag, waiting))
+
+    def diagnose(self, t0: float) -> None:
+        """Print what the database is doing: the longest transactions, their waits; listening."""
+        rows = self.db.execute(r"""
+            SELECT round(extract(epoch FROM now() - xact_start)::numeric, 1), state, coalesce(wait_event_type, ''),
+                   coalesce(wait_event, ''), left(regexp_replace(query, '\s+', ' ', 'g'), 110)
+            FROM pg_stat_activity WHERE datname = current_database() AND xact_start IS NOT NULL AND pid <> pg_backend_pid()
+            ORDER BY xact_start LIMIT 3""").fetchall()
+        listening = self.db.execute(
+            "SELECT extract(epoch FROM now() - alive_at), extract(epoch FROM now() - listening_since) FROM jobs_consolelistening"
+        ).fetchone()
+        print(f"  [{time.monotonic() - t0:6.0f} s] listening: last {listening[0] if listening else 'n/a'} s ago, "
+              f"for {listening[1] if listening else 'n/a'} s", flush=True)
+        for row in rows:
+            print(f"      {row[0]:>6} s {row[1]:<20} {row[2]:<8} {row[3]:<20} {row[4]}", flush=True)
+
+    def unfinished(self) -> int:
+        return self.db.execute(
+            "SELECT count(*) FROM jobs_trainingjob WHERE status NOT IN ('Completed','Failed','Pending - internalerror',"
+            "'Pending - maxretriesexceeded','Stopped')").fetchone()[0]
+
+    def cordon_all(self, cordoned: bool) -> None:
+        """Staff cordon (or uncordon) every node; the scheduler's beat tick picks it up."""
+        self.db.execute("UPDATE jobs_node SET cordoned = %s, cordon_reason = %s", [cordoned, "fleet benchmark" if cordoned else ""])
 
     def lag_p99(self) -> float:
         try:
@@ -259,19 +291,26 @@ class Probe:
             return float("nan")
         return percentile([r[0] for r in rows], 99)
 
-    def created_to_running(self) -> list[float]:
+    def created_to_running(self, prefix: str) -> list[float]:
         rows = self.db.execute("""
             SELECT extract(epoch FROM r.created_at - p.created_at) FROM jobs_jobstatuschange p
             JOIN jobs_jobstatuschange r ON r.job_id = p.job_id AND r.new_status = 'Running'
+            JOIN jobs_trainingjob j ON j.id = p.job_id AND j.name LIKE %s
             WHERE p.new_status = 'Pending' AND p.old_status = ''
-        """).fetchall()
+        """, [prefix + "%"]).fetchall()
         return [r[0] for r in rows]
 
-    def completions_per_minute(self) -> dict[int, int]:
-        rows = self.db.execute(
-            "SELECT date_trunc('minute', created_at), count(*) FROM jobs_jobstatuschange WHERE new_status = 'Completed' GROUP BY 1 ORDER BY 1"
-        ).fetchall()
-        return {i: count for i, (_, count) in enumerate(rows)}
+    def completions_per_minute(self, prefix: str) -> list[int]:
+        """Completions in each full minute from the first to the last completion of these jobs."""
+        rows = self.db.execute("""
+            SELECT c.created_at FROM jobs_jobstatuschange c JOIN jobs_trainingjob j ON j.id = c.job_id AND j.name LIKE %s
+            WHERE c.new_status = 'Completed' ORDER BY 1
+        """, [prefix + "%"]).fetchall()
+        if not rows:
+            return []
+        first = rows[0][0]
+        buckets = Counter(int((at - first).total_seconds() // 60) for (at,) in rows)
+        return [buckets.get(i, 0) for i in range(max(buckets) + 1)]
 
 
 def console_usage(pids: list[int], seconds: float) -> tuple[float, float]:
@@ -309,7 +348,10 @@ def make_users(console: Console, tokens: int) -> list[str]:
 
 def mint_tokens(console: Console, names: list[str]) -> dict[str, str]:
     code = (
-        "import json, secrets; from jobs.models import NodeToken; from jobs.models.nodes import hash_token\n"
+        "import json, secrets; from jobs.models import NodeToken\n"
+        "try:\n    from jobs.nodes.models import hash_token\n"
+        "except ImportError:  # a console from before the node registry package (--console-tree)\n"
+        "    from jobs.models.nodes import hash_token\n"
         f"names = {names!r}\nout = {{}}\nrows = []\n"
         "for n in names:\n    t = 'sat_' + secrets.token_urlsafe(32); out[n] = t; rows.append(NodeToken(name=n, token_hash=hash_token(t)))\n"
         "NodeToken.objects.bulk_create(rows)\nprint(json.dumps(out))\n"
@@ -318,7 +360,7 @@ def mint_tokens(console: Console, names: list[str]) -> dict[str, str]:
 
 
 def create_jobs(url: str, tokens: list[str], count: int, seconds: float, rng: random.Random,
-                clients: int = 4) -> tuple[list[float], float]:
+                clients: int = 4, prefix: str = "fleet") -> tuple[list[float], float]:
     """Create `count` jobs through the API from `clients` threads (each its own user); returns
     the API latencies and the mean GPUs a job asks for."""
     shapes = [(rng.choice([1, 2, 4, 8]), rng.choice([1, 1, 2])) for _ in range(count)]
@@ -326,7 +368,7 @@ def create_jobs(url: str, tokens: list[str], count: int, seconds: float, rng: ra
     def one(i: int) -> float:
         per_node, nodes = shapes[i]
         body = json.dumps({
-            "name": f"fleet-{i}", "learning_type": "on_demand", "framework": "pytorch", "framework_version": "2.13.0",
+            "name": f"{prefix}-{i}", "learning_type": "on_demand", "framework": "pytorch", "framework_version": "2.13.0",
             "server_type": "g2", "gpus_per_node": per_node, "memory_gb": 256 * per_node, "node_count": nodes,
             "shm_size_gb": 8, "image_url": "registry.example.com/trainer:1", "keep_alive_minutes": 0,
             "command": f"sleep {seconds}", "tags": [],
@@ -359,9 +401,13 @@ async def run(args) -> None:
     loop = asyncio.get_running_loop()
 
     async def sample_forever():
+        ticks = 0
         while True:
             await loop.run_in_executor(None, probe.poll, t0, gpus)
-            await asyncio.sleep(5)
+            ticks += 1
+            if args.diagnose and ticks % 5 == 0:
+                await loop.run_in_executor(None, probe.diagnose, t0)
+            await asyncio.sleep(2)
 
     sampler = loop.create_task(sample_forever())
     print(f"console: {console.tree} ({len(console.ports)} daphne), {args.nodes} simulated nodes × 8 GPUs")
@@ -385,103 +431,131 @@ async def run(args) -> None:
     print(f"idle {args.idle_seconds} s: console CPU {cpu:.0f} % of one core, RSS {rss:.0f} MB; "
           f"heartbeat lag p99 {probe.lag_p99():.2f} s; nodes Lost (falsely) {lost_idle}")
 
-    # 3. jobs
+    # 3. jobs while capacity is free
+    url = f"http://127.0.0.1:{console.ports[0]}"
+    rng = random.Random(7)
     TimedSpool.acks.clear()
     runs_before = len(scheduler_runs(console.worker_log()))
     job_t0 = time.monotonic()
-    rng = random.Random(7)
-    creator = loop.run_in_executor(None, create_jobs, f"http://127.0.0.1:{console.ports[0]}", users, args.jobs,
-                                   args.job_seconds, rng, args.clients)
-    killed: dict[str, float] = {}
-    declared: dict[str, float] = {}
-
-    async def watch_killed():
-        while len(declared) < len(killed):
-            rows = await loop.run_in_executor(None, lambda: probe.db.execute(
-                "SELECT name FROM jobs_node WHERE lost AND name = ANY(%s)", [list(killed)]).fetchall())
-            for (name,) in rows:
-                declared.setdefault(name, time.monotonic() - killed[name])
-            await asyncio.sleep(1)
-
-    watcher = None
-    if args.kill:
-        await asyncio.sleep(args.job_seconds * 3)
-        for agent in agents[-args.kill:]:
-            agent.kill()
-            killed[agent.name] = time.monotonic()
-        watcher = loop.create_task(watch_killed())
-    profilers = []
-    if args.profile:
-        py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-        for name, process in console.processes.items():
-            if name.startswith(("daphne", "worker")):
-                profilers.append(subprocess.Popen(
-                    [py_spy, "record", "--pid", str(process.pid), "--format", "raw", "--rate", "50", "--subprocesses",
-                     "-o", str(Path(args.profile) / f"{name}.txt"), "--duration", str(int(args.profile_seconds))],
-                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-    api_latencies, avg_gpus = await creator
+    api_latencies, _ = await loop.run_in_executor(None, create_jobs, url, users, args.jobs, args.job_seconds, rng,
+                                                  args.clients, "free")
     created_in = time.monotonic() - job_t0
-    usage_cpu, usage_rss = await loop.run_in_executor(None, console_usage, console.pids(), 10)
-    while True:  # until every job ended (or no progress for a while)
-        left = await loop.run_in_executor(None, lambda: probe.db.execute(
-            "SELECT count(*) FROM jobs_trainingjob WHERE status NOT IN ('Completed','Failed','Pending - internalerror',"
-            "'Pending - maxretriesexceeded','Stopped')").fetchone()[0])
-        if left == 0 or time.monotonic() - job_t0 > args.jobs * args.job_seconds + 600:
-            break
-        await asyncio.sleep(2)
-    drained_in = time.monotonic() - job_t0
-    if watcher is not None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(watcher, timeout=GRACE * 3)
-    sampler.cancel()
-
+    usage_cpu, usage_rss = await loop.run_in_executor(None, console_usage, console.pids(), 5)
+    await wait_until_ended(loop, probe, args.job_seconds + 300)
     statuses = Counter(r[0] for r in probe.db.execute("SELECT status FROM jobs_trainingjob").fetchall())
-    to_running = probe.created_to_running()
-    per_minute = probe.completions_per_minute()
-    ideal = (gpus * 60 / avg_gpus / args.job_seconds) if avg_gpus else 0
+    to_running = probe.created_to_running("free")
+    acks = list(TimedSpool.acks)
     runs = scheduler_runs(console.worker_log())[runs_before:]
-    busy = [row[3] for row in probe.timeline if row[0] >= job_t0 - t0 and row[0] <= job_t0 - t0 + created_in]
-    print(f"jobs: {args.jobs} created through the API in {created_in:.0f} s (API p50 {percentile(api_latencies, 50) * 1000:.0f} ms, "
-          f"p99 {percentile(api_latencies, 99) * 1000:.0f} ms); all ended in {drained_in:.0f} s: {dict(statuses)}")
+    print(f"jobs while capacity is free: {args.jobs} created through the API in {created_in:.0f} s "
+          f"({args.jobs / created_in:.1f}/s; API p50 {percentile(api_latencies, 50) * 1000:.0f} ms, "
+          f"p99 {percentile(api_latencies, 99) * 1000:.0f} ms); {dict(statuses)}")
     print(f"  created→Running p50 {percentile(to_running, 50):.2f} s, p99 {percentile(to_running, 99):.2f} s")
-    print(f"  agent message→ack p50 {percentile(TimedSpool.acks, 50):.3f} s, p99 {percentile(TimedSpool.acks, 99):.3f} s "
-          f"({len(TimedSpool.acks)} messages)")
-    best = max(per_minute.values()) if per_minute else 0
-    print(f"  completions per minute: best {best}, mean {statistics.mean(per_minute.values()) if per_minute else 0:.0f}; "
-          f"ideal {ideal:.0f} (every GPU busy, {avg_gpus:.1f} GPUs per job, {args.job_seconds:g} s each)")
-    print(f"  GPUs busy while jobs were queued: mean {statistics.mean(busy) if busy else 0:.0f} %, "
-          f"min {min(busy) if busy else 0:.0f} %")
-    print(f"  console CPU under load {usage_cpu:.0f} % of one core, RSS {usage_rss:.0f} MB")
+    print(f"  agent message→ack p50 {percentile(acks, 50):.3f} s, p99 {percentile(acks, 99):.3f} s ({len(acks)} messages)")
+    print(f"  console CPU while jobs were created {usage_cpu:.0f} % of one core, RSS {usage_rss:.0f} MB")
     print(f"  scheduler: {len(runs)} runs for {args.jobs} jobs ({len(runs) / max(args.jobs, 1):.2f} per job); "
-          f"run time p50 {percentile(runs, 50) * 1000:.0f} ms, p99 {percentile(runs, 99) * 1000:.0f} ms, max {max(runs, default=0) * 1000:.0f} ms")
-    if killed:
-        times = list(declared.values())
-        print(f"  killed {len(killed)} nodes: {len(times)} declared Lost, after {percentile(times, 50):.1f} s median, "
-              f"{max(times, default=float('nan')):.1f} s at most (grace {GRACE} s, watchdog every 5 s)")
-    print("timeline (s, connected, Lost, GPUs busy %, heartbeat lag p99 s):")
-    for t, connected, lost, busy_pct, lag in probe.timeline[:: max(1, len(probe.timeline) // 30)]:
-        print(f"  {t:6.0f} {connected:6d} {lost:5d} {busy_pct:6.1f} {lag:8.2f}")
-    for profiler in profilers:
-        profiler.wait()
+          f"run time p50 {percentile(runs, 50) * 1000:.0f} ms, p99 {percentile(runs, 99) * 1000:.0f} ms")
+
+    # 4. a backlog drained by the whole fleet, with nodes killed in the middle
+    if args.backlog:
+        await loop.run_in_executor(None, probe.cordon_all, True)
+        _, avg_gpus = await loop.run_in_executor(None, create_jobs, url, users, args.backlog, args.job_seconds, rng,
+                                                 args.clients, "backlog")
+        TimedSpool.acks.clear()
+        runs_before = len(scheduler_runs(console.worker_log()))
+        drain_t0 = time.monotonic()
+        await loop.run_in_executor(None, probe.cordon_all, False)
+        killed: dict[str, float] = {}
+        declared: dict[str, float] = {}
+
+        async def watch_killed():
+            while len(declared) < len(killed):
+                rows = await loop.run_in_executor(None, lambda: probe.db.execute(
+                    "SELECT name FROM jobs_node WHERE lost AND name = ANY(%s)", [list(killed)]).fetchall())
+                for (name,) in rows:
+                    declared.setdefault(name, time.monotonic() - killed[name])
+                await asyncio.sleep(1)
+
+        watcher = None
+        if args.kill:
+            await asyncio.sleep(args.job_seconds * 2)
+            for agent in agents[-args.kill:]:
+                agent.kill()
+                killed[agent.name] = time.monotonic()
+            watcher = loop.create_task(watch_killed())
+        profilers = start_profilers(console, args) if args.profile else []
+        usage_cpu, usage_rss = await loop.run_in_executor(None, console_usage, console.pids(), 10)
+        await wait_until_ended(loop, probe, args.max_drain_seconds)
+        drained_in = time.monotonic() - drain_t0
+        if watcher is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(watcher, timeout=GRACE * 3)
+        statuses = Counter(r[0] for r in probe.db.execute(
+            "SELECT status FROM jobs_trainingjob WHERE name LIKE 'backlog%'").fetchall())
+        per_minute = probe.completions_per_minute("backlog")
+        ideal = (gpus * 60 / avg_gpus / args.job_seconds) if avg_gpus else 0
+        ideal_drain = args.backlog * avg_gpus * args.job_seconds / gpus
+        runs = scheduler_runs(console.worker_log())[runs_before:]
+        busy = [row[3] for row in probe.timeline if row[0] >= drain_t0 - t0 + 5 and row[5] > 0]
+        acks = list(TimedSpool.acks)
+        print(f"backlog: {args.backlog} jobs queued on a cordoned fleet, then uncordoned: ended in {drained_in:.0f} s "
+              f"(ideal {ideal_drain:.0f} s: every GPU busy, {avg_gpus:.1f} GPUs per job); {dict(statuses)}")
+        print(f"  GPUs busy while jobs waited: mean {statistics.mean(busy) if busy else float('nan'):.0f} %, "
+              f"min {min(busy) if busy else float('nan'):.0f} % ({len(busy)} samples)")
+        print(f"  completions per minute: {per_minute}; ideal {ideal:.0f}")
+        print(f"  agent message→ack p50 {percentile(acks, 50):.3f} s, p99 {percentile(acks, 99):.3f} s ({len(acks)} messages)")
+        print(f"  console CPU while draining {usage_cpu:.0f} % of one core, RSS {usage_rss:.0f} MB")
+        print(f"  scheduler: {len(runs)} runs; run time p50 {percentile(runs, 50) * 1000:.0f} ms, "
+              f"p99 {percentile(runs, 99) * 1000:.0f} ms, max {max(runs, default=0) * 1000:.0f} ms")
+        if killed:
+            times = list(declared.values())
+            print(f"  killed {len(killed)} nodes: {len(times)} declared Lost, after {percentile(times, 50):.1f} s median, "
+                  f"{max(times, default=float('nan')):.1f} s at most (grace {GRACE} s, watchdog every 5 s)")
+        for profiler in profilers:
+            profiler.wait()
+    sampler.cancel()
+    print("timeline (s, connected, Lost, GPUs busy %, heartbeat lag p99 s, jobs waiting):")
+    for t, connected, lost, busy_pct, lag, waiting in probe.timeline[:: max(1, len(probe.timeline) // 40)]:
+        print(f"  {t:6.0f} {connected:6d} {lost:5d} {busy_pct:6.1f} {lag:8.2f} {waiting:6d}")
     for agent in agents:
         agent.kill()
     await asyncio.sleep(0.5)
     console.stop()
 
 
+async def wait_until_ended(loop, probe: Probe, limit: float) -> None:
+    """Until every job ended, or `limit` seconds passed."""
+    began = time.monotonic()
+    while await loop.run_in_executor(None, probe.unfinished) and time.monotonic() - began < limit:
+        await asyncio.sleep(1)
+
+
+def start_profilers(console: Console, args) -> list[subprocess.Popen]:
+    py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    return [
+        subprocess.Popen(
+            [py_spy, "record", "--pid", str(process.pid), "--format", "raw", "--rate", "50", "--subprocesses",
+             "-o", str(Path(args.profile) / f"{name}.txt"), "--duration", str(int(args.profile_seconds))],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for name, process in console.processes.items() if name.startswith(("daphne", "worker"))
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=1000)
-    parser.add_argument("--jobs", type=int, default=5000)
+    parser.add_argument("--jobs", type=int, default=1000, help="jobs created while capacity is free")
+    parser.add_argument("--backlog", type=int, default=5000, help="jobs queued on a cordoned fleet, then drained")
+    parser.add_argument("--max-drain-seconds", type=float, default=900)
     parser.add_argument("--job-seconds", type=float, default=10)
     parser.add_argument("--connect-rate", type=float, default=50, help="agents connecting per second")
     parser.add_argument("--idle-seconds", type=float, default=60)
-    parser.add_argument("--kill", type=int, default=10, help="agents killed half-way through the jobs")
+    parser.add_argument("--kill", type=int, default=10, help="agents killed during the drain")
     parser.add_argument("--daphnes", type=int, default=1, help="daphne processes (agents are spread over them)")
     parser.add_argument("--clients", type=int, default=4, help="threads creating jobs through the API")
     parser.add_argument("--console-tree", default="", help="run the console from this checkout instead")
     parser.add_argument("--profile", default="", help="a directory: py-spy samples daphne and the worker during the jobs")
     parser.add_argument("--profile-seconds", type=float, default=60)
+    parser.add_argument("--diagnose", action="store_true", help="every 10 s: the longest transactions and listening")
     args = parser.parse_args()
     asyncio.run(run(args))
 

@@ -62,7 +62,7 @@ def environments(rounds: int) -> None:
     for round_number in range(rounds):
         root = Path(tempfile.mkdtemp(prefix="simpleai-envbench-"))
         try:
-            cache = EnvironmentCache(root)
+            cache = EnvironmentCache(root, cpu_node=True)
             for label, name in (("first time (torch layer + venv + pip)", "pytorch-2.13.0"),
                                 ("first time (venv + pip, layer there)", "deepspeed-0.18.9"),
                                 ("cached", "pytorch-2.13.0"), ("cached", "deepspeed-0.18.9")):
@@ -120,7 +120,7 @@ def p95(values: list[float]) -> float:
 
 def deepspeed_checkpoints(repeats: int, steps: int, every: int, width: int) -> None:
     deepspeed_spec = next(spec for spec in seeded_specs() if spec["framework"] == "deepspeed")
-    prepared = asyncio.run(EnvironmentCache(cache_dir()).prepare(deepspeed_spec, QuietLog()))
+    prepared = asyncio.run(EnvironmentCache(cache_dir(), cpu_node=True).prepare(deepspeed_spec, QuietLog()))
     print("\n== 2. Checkpoint stall under DeepSpeed: its own save_checkpoint vs concurrent checkpointing ==")
     print(f"deepspeed --num_gpus=2 (2 ranks, CPU, gloo), MLP width {width}, {steps} steps, a checkpoint every {every}; "
           f"{repeats} repeat(s), modes rotated; load average {os.getloadavg()[0]:.1f}")

@@ -24,7 +24,7 @@ import statistics
 import time
 
 os.environ.setdefault("BENCH_DATABASE", "simpleai_metrics_bench")
-os.environ.setdefault("BENCH_REDIS_URL", "redis://127.0.0.1:6379/11")
+os.environ.setdefault("BENCH_REDIS_URL", "redis://127.0.0.1:6379/8")
 
 from _stack import BenchStack, percentile
 

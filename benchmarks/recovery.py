@@ -33,8 +33,9 @@ def wait_for(predicate, timeout: float = 120.0, interval: float = 0.05):
 
 
 def one_run(run: int, owner, stack) -> dict:
-    from jobs import actions, nodes
+    from jobs import actions
     from jobs.models import JobAttempt, Node, TrainingJob
+    from jobs.nodes import registry
     from monitoring.models import LogLine
 
     job = actions.create_job(owner, {
@@ -47,7 +48,7 @@ def one_run(run: int, owner, stack) -> dict:
     wait_for(lambda: (TrainingJob.objects.get(pk=job.pk).checkpoint_step or 0) >= 10)
     placement = JobAttempt.objects.get(job=job, number=1).placements.get()
     injected = time.time()
-    nodes.inject_fault(placement.node_id, "xid", placement.gpu_indices[0], 79)
+    registry.inject_fault(placement.node_id, "xid", placement.gpu_indices[0], 79)
     try:
         wait_for(lambda: TrainingJob.objects.get(pk=job.pk).current_attempt == 2 and
                  TrainingJob.objects.get(pk=job.pk).status == "Running")

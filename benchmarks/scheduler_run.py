@@ -10,15 +10,21 @@ waiting reasons) is timed:
 - steady runs: the cluster is full and every queued job still waits — the run that repeats
   on every event and tick while a queue is long;
 - the plain placement alone (jobs.scheduling.schedule on the same ledger), for the split
-  between deciding and reading/writing the database.
+  between deciding and reading/writing the database;
+- a run whose every waiting reason changes (a fleet's backlog: the counts in the reasons move
+  on every run), with the live events really sent through the Channels layer on Redis
+  (BENCH_REDIS_URL): all of a run's events sent together (jobs.events.batched) against one
+  send per event (the console before), side by side, alternating.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import random
 import statistics
 import time
+from unittest import mock
 
 from _stack import BenchDatabase
 
@@ -84,15 +90,27 @@ def plain_placement() -> float:
     return time.perf_counter() - started
 
 
+def reason_rewrite_run(together: bool) -> float:
+    """One run after every waiting reason was reset, so each one changes and is sent live."""
+    from jobs import actions, events, scheduler_run
+    from jobs.models import TrainingJob
+
+    TrainingJob.objects.filter(status__in=scheduler_run.WAITING).update(status_reason="Waiting to be scheduled")
+    batch = events.batched if together else contextlib.nullcontext
+    with mock.patch.object(events, "batched", batch), mock.patch.object(actions, "batched", batch):
+        started = time.perf_counter()
+        scheduler_run.run()
+        return time.perf_counter() - started
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=100)
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--event-rounds", type=int, default=3, help="rounds of the live-event comparison (0: skip)")
     args = parser.parse_args()
     with BenchDatabase():
-        from unittest import mock
-
         # requests for another run and live events go nowhere: nothing listens in a benchmark
         with mock.patch("jobs.notify.request_schedule"), mock.patch("jobs.actions.send_job_event"):
             populate(args.nodes, args.jobs)
@@ -106,6 +124,16 @@ def main() -> None:
                   f"max {max(times) * 1000:.0f} ms, {steady[0][1]} queries")
             plain = [plain_placement() for _ in range(args.runs)]
             print(f"placement decision alone (jobs.scheduling.schedule): median {statistics.median(plain) * 1000:.0f} ms")
+        if args.event_rounds:
+            with mock.patch("jobs.notify.request_schedule"):
+                modes = {"together": [], "one by one": []}
+                for _ in range(args.event_rounds):
+                    for mode in modes:
+                        modes[mode].append(reason_rewrite_run(mode == "together"))
+            together, one_by_one = (statistics.median(modes[m]) for m in ("together", "one by one"))
+            print(f"a run that rewrites every waiting reason, live events sent: together median {together * 1000:.0f} ms, "
+                  f"one send per event {one_by_one * 1000:.0f} ms ({one_by_one / together:.1f}× longer), "
+                  f"{args.event_rounds} round(s) alternating")
 
 
 if __name__ == "__main__":

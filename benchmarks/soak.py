@@ -4,7 +4,8 @@ Run `make run > run.log 2>&1` in one terminal, then
 `.venv/bin/python benchmarks/soak.py --minutes 25 --log run.log` in another (same checkout, so it
 finds the private database). Three users create jobs through the REST API for `--minutes`:
 on-demand and spot, 1–2 nodes × 1–8 GPUs, some with Job Failover; some are deleted while they
-run; staff inject XID 79 into nodes that run failover jobs. At the end it prints the jobs' final
+run; staff inject XID 79 into nodes that run failover jobs and uncordon a node a minute after
+its fault (the repair), as the node page's Uncordon button does. At the end it prints the jobs' final
 statuses, every HTTP status the API answered, and what `make run`'s log holds of errors
 ("database is locked", tracebacks, 1011 closes, HTTP 500).
 """
@@ -47,6 +48,7 @@ class Api:
     def __init__(self, base: str) -> None:
         self.base = base.rstrip("/")
         self.statuses: collections.Counter[str] = collections.Counter()
+        self.refusals: collections.Counter[str] = collections.Counter()  # what 4xx answers said
 
     def call(self, token: str, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
         request = urllib.request.Request(
@@ -59,6 +61,8 @@ class Api:
         except urllib.error.HTTPError as error:
             code, text = error.code, error.read()
         self.statuses[f"{method} {re.sub(r'/[0-9]+/', '/{id}/', path)} {code}"] += 1
+        if code in (400, 409, 429):
+            self.refusals[text.decode(errors="replace")[:200]] += 1
         try:
             return code, json.loads(text or b"{}")
         except ValueError:
@@ -77,9 +81,25 @@ def job_body(rng: random.Random, n: int) -> dict:
     }
 
 
+def repair(faulted: dict[int, float], now: float, after: float = 60) -> None:
+    """Staff uncordon each node whose fault is `after` seconds old (jobs.actions.set_cordon)."""
+    from jobs import actions
+
+    for node_id, at in list(faulted.items()):
+        if now - at >= after:
+            actions.set_cordon(node_id, False)
+            del faulted[node_id]
+
+
 def soak(api: Api, tokens: dict[str, str], minutes: float, seed: int) -> dict[int, str]:
     rng = random.Random(seed)
     created: dict[int, str] = {}
+    faulted: dict[int, float] = {}
+    from jobs import actions
+    from jobs.models import Node
+
+    for node_id in Node.objects.filter(cordoned=True).values_list("pk", flat=True):  # repaired since the last session
+        actions.set_cordon(node_id, False)
     deadline = time.monotonic() + minutes * 60
     n = 0
     while time.monotonic() < deadline:
@@ -100,6 +120,8 @@ def soak(api: Api, tokens: dict[str, str], minutes: float, seed: int) -> dict[in
                 gpu = next(g["index"] for g in node["gpus"] if g.get("held_by") == "job")
                 api.call(tokens["soak-staff"], "POST", f"/api/v1/nodes/{node['id']}/inject-fault/",
                          {"kind": "xid", "xid": 79, "gpu_index": gpu})
+                faulted.setdefault(node["id"], time.monotonic())
+        repair(faulted, time.monotonic())
         time.sleep(rng.uniform(2, 8))
     return created
 
@@ -140,6 +162,8 @@ def main() -> None:
         print(f"  {key}: {count}")
     server_errors = sum(c for k, c in api.statuses.items() if k.rsplit(" ", 1)[1].startswith("5"))
     print(f"HTTP 5xx answers: {server_errors}")
+    for text, count in api.refusals.most_common(5):
+        print(f"  refused {count}×: {text}")
     if args.log:
         print("make run log:", dict(log_errors(args.log)))
 
