@@ -26,11 +26,16 @@ run: $(STAMP)
 TEST_ENV = DATABASE_URL=$${TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/simpleai} \
 	REDIS_URL=$${TEST_REDIS_URL:-redis://127.0.0.1:6379/14}
 
+# pytest-xdist workers (README: Tests); 0 runs the suite in one process
+TEST_WORKERS ?= 3
+TEST_XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadscope)
+
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 	$(TEST_ENV) $(PY) manage.py check
 	$(TEST_ENV) $(PY) manage.py makemigrations --check --dry-run
-	$(TEST_ENV) $(PY) -m pytest $(PYTEST_ARGS)
+	$(TEST_ENV) $(PY) -m pytest $(TEST_XDIST) $(PYTEST_ARGS)
 
 ## Install Podman, runc and a registry, and build the test image (root; cached): the Docker runtime's tests need them.
 containers: $(STAMP)
@@ -42,6 +47,7 @@ environments: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 
 clean:
 	rm -rf $(VENV) staticfiles
