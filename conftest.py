@@ -23,7 +23,7 @@ from console.tests.workers import worker_index
 from jobs import actions
 from jobs.tests.factories import UserFactory, api_client, job_fields, logged_in
 
-# 31 × 1,000 mod 20,000: each next worker's ports are 11,000 further round (master_port's spread)
+# 31 × 1,000 mod 12,768: each next worker's ports are 5,464 further round (master_port's spread)
 JOB_IDS_APART = 1000
 
 

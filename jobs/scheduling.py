@@ -412,6 +412,12 @@ def explain(request: JobRequest, ledger: Ledger) -> str:
     return _describe(request, _blockers(request, _Run(ledger)))
 
 
+# Rendezvous ports stay below Linux's default ephemeral range (32768-60999): a port in it may
+# already be the local end of any process's outgoing connection on the node (to PostgreSQL,
+# S3, another rank), and the job's store then fails to listen ("DistNetworkError").
+RENDEZVOUS_PORTS = range(20000, 32768)
+
+
 def master_port(job_id: int, attempt: int) -> int:
     """A rendezvous port per attempt, spread so concurrent jobs on one master rarely collide."""
-    return 20000 + (job_id * 31 + attempt * 7) % 20000
+    return RENDEZVOUS_PORTS.start + (job_id * 31 + attempt * 7) % len(RENDEZVOUS_PORTS)
