@@ -38,7 +38,7 @@ def setup(agents: int) -> tuple[list[str], int]:
     from django.contrib.auth import get_user_model
 
     from jobs import actions
-    from jobs.models import NodeToken
+    from jobs.models import JobAttempt, Node, NodeToken, Placement, ServerType, TrainingJob
 
     user = get_user_model().objects.create_user("bench", password="bench-pass-123")
     job = actions.create_job(user, {
@@ -47,24 +47,38 @@ def setup(agents: int) -> tuple[list[str], int]:
         "shm_size_gb": 64, "image_url": "trainer:1", "registry_username": "", "volume_mount_path": "",
         "script_url": "", "command": "true",
     }, [])
+    # a node sends training and GPU metrics only of jobs it runs (jobs.agent_writes): every bench
+    # node holds a placement of the job (node 0 its master), as a job of `agents` nodes would
+    TrainingJob.objects.filter(pk=job.pk).update(current_attempt=1, status="Running")
+    attempt = JobAttempt.objects.create(job=job, number=1, master_addr="127.0.0.1", master_port=29500)
+    g2 = ServerType.objects.get(name="g2")
+    for i in range(agents):
+        node = Node.objects.create(name=f"bench-node-{i}", server_type=g2, address="127.0.0.1")
+        Placement.objects.create(attempt=attempt, node=node, node_name=node.name, role=role_of(i), node_rank=i,
+                                 gpu_indices=list(range(8)), state="running")
     return [NodeToken.mint(f"bench-node-{i}")[1] for i in range(agents)], job.pk
 
 
-def tick(index: int, ts: float) -> list[list]:
+def role_of(index: int) -> str:
+    return "master" if index == 0 else f"worker-{index}"
+
+
+def tick(index: int, ts: float, job_id: int) -> list[list]:
     """One sampling tick of a node, as nodeagent.metrics.MetricsCollector sends it."""
     from nodeagent.gpu_metrics import GPU_METRICS as NAMES
     from nodeagent.node_stats import NODE_METRICS
 
-    samples = [[name, ts, 50.0 + gpu, {"gpu": gpu, "job": 1_000_000 + index}] for gpu in range(8) for name in NAMES]
+    samples = [[name, ts, 50.0 + gpu, {"gpu": gpu, "job": job_id}] for gpu in range(8) for name in NAMES]
     return samples + [[name, ts, 12.5, {}] for name in NODE_METRICS]
 
 
-async def fake_agent(url: str, token: str, index: int, batches: int, start: asyncio.Event) -> int:
+async def fake_agent(url: str, token: str, index: int, job_id: int, batches: int, start: asyncio.Event) -> int:
     from websockets.asyncio.client import connect
 
     name = f"bench-node-{index}"
     async with connect(url.replace("http", "ws") + "/ws/agent/", additional_headers={"Authorization": f"Bearer {token}"}, max_size=2**24) as ws:
-        await ws.send(json.dumps({"type": "hello", "protocol": 1, "running": [], "node": {
+        running = [{"job_id": job_id, "attempt": 1, "role": role_of(index)}]
+        await ws.send(json.dumps({"type": "hello", "protocol": 1, "running": running, "node": {
             "name": name, "server_type": "g2", "address": "127.0.0.1", "cpus": 2, "memory_gb": 24,
             "runtime": "process", "agent_version": "bench",
             "gpus": [{"index": i, "uuid": f"GPU-{name}-{i}", "model": "NVIDIA H100 SXM", "memory_gb": 80} for i in range(8)],
@@ -76,7 +90,7 @@ async def fake_agent(url: str, token: str, index: int, batches: int, start: asyn
             while sent < batches and in_flight < WINDOW:
                 ts = max(round(time.time(), 3), last + 0.001)  # fresh samples, one tick per instant
                 last = ts
-                batch = tick(index, ts)
+                batch = tick(index, ts, job_id)
                 samples += len(batch)
                 sent += 1
                 in_flight += 1
@@ -88,9 +102,9 @@ async def fake_agent(url: str, token: str, index: int, batches: int, start: asyn
         return samples
 
 
-async def ingest(url: str, tokens: list[str], batches: int) -> tuple[float, int]:
+async def ingest(url: str, tokens: list[str], job_id: int, batches: int) -> tuple[float, int]:
     start = asyncio.Event()
-    tasks = [asyncio.create_task(fake_agent(url, token, i, batches, start)) for i, token in enumerate(tokens)]
+    tasks = [asyncio.create_task(fake_agent(url, token, i, job_id, batches, start)) for i, token in enumerate(tokens)]
     await asyncio.sleep(2.0)  # every agent has said hello
     began = time.perf_counter()
     start.set()
@@ -193,7 +207,7 @@ def main() -> None:
     hours = 1 if args.quick else 24
     with BenchStack(with_workers=False) as stack:
         tokens, job_id = setup(args.agents)
-        seconds, sent = asyncio.run(ingest(stack.url, tokens, batches))
+        seconds, sent = asyncio.run(ingest(stack.url, tokens, job_id, batches))
         from monitoring import rollup_runs
         from monitoring.models import MetricSample
 
@@ -201,7 +215,7 @@ def main() -> None:
         ceiling = raw_insert_ceiling(20_800)
         rate = sent / seconds
         print("\nMetrics ingestion (agents → daphne → PostgreSQL), one run, this machine")
-        print(f"  agents: {args.agents}, {batches} batches each of {len(tick(0, 0.0))} samples (one node tick), window {WINDOW}")
+        print(f"  agents: {args.agents}, {batches} batches each of {len(tick(0, 0.0, job_id))} samples (one node tick), window {WINDOW}")
         print(f"  samples sent: {sent:,}; rows stored: {stored:,}")
         print(f"  sustained:        {rate:>10,.0f} samples/s  = {rate / 800:.1f}× the 800 samples/s target; "
               f"{args.agents * batches / seconds:,.0f} node ticks/s (1,000 nodes need 100/s)")
