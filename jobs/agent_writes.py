@@ -12,9 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.conf import settings
-
 from .models import Placement, TrainingJob
+from .objectstore import checkpoint_prefix
 
 
 class RefusedWrite(Exception):
@@ -45,11 +44,6 @@ def placement_target(node_id: int, job_id: int, attempt: int, role: str) -> Targ
     if current != attempt:
         return Target(job_id, attempt, role, current=False)  # an attempt that moved on: dropped quietly
     raise RefusedWrite(f"this node has no placement of job {job_id}, attempt {attempt}, as {role}")
-
-
-def checkpoint_prefix(job_id: int) -> str:
-    """Where a job's checkpoints live (the CHECKPOINT_S3_URL its placements get)."""
-    return f"s3://{settings.S3_RESULTS_BUCKET}/jobs/{job_id}/checkpoints/"
 
 
 def check_checkpoint_url(job_id: int, url: str) -> None:

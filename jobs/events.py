@@ -6,14 +6,11 @@ Browsers watching a job join the group `job-<id>`; the list page of a user joins
 from __future__ import annotations
 
 import contextlib
-import logging
 import threading
 from collections.abc import Iterator
 from typing import Any, Literal, TypedDict
 
 from console import live
-
-log = logging.getLogger(__name__)
 
 DELETED = "Deleted"  # the status a `job.status` event carries when the job is gone
 

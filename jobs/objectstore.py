@@ -1,4 +1,5 @@
-"""The console's own use of object storage: the results bucket must exist before agents write."""
+"""The console's own use of object storage: the results bucket must exist before agents write,
+and where in it a job's outputs and checkpoints go."""
 
 from __future__ import annotations
 
@@ -40,3 +41,18 @@ def ensure_results_bucket() -> bool:
     if not settings.S3_ENDPOINT_URL:
         return False
     return _ensure(settings.S3_ENDPOINT_URL, settings.S3_RESULTS_BUCKET)
+
+
+def job_prefix(job_id: int) -> str:
+    return f"s3://{settings.S3_RESULTS_BUCKET}/jobs/{job_id}"
+
+
+def output_prefix(job_id: int, attempt: int) -> str:
+    """Where an attempt's nodes upload their OUTPUT_DIR."""
+    return f"{job_prefix(job_id)}/attempt-{attempt}"
+
+
+def checkpoint_prefix(job_id: int) -> str:
+    """Where a job's checkpoints live (the CHECKPOINT_S3_URL its placements get, and all that a
+    node's checkpoint commit may point at)."""
+    return f"{job_prefix(job_id)}/checkpoints/"

@@ -31,7 +31,7 @@ from ..models import (
 )
 from ..models.attempts import HOLDING_STATES
 from ..notify import node_group, schedule_on_commit
-from ..objectstore import ensure_results_bucket
+from ..objectstore import checkpoint_prefix, ensure_results_bucket, output_prefix
 from .models import hash_token
 
 log = logging.getLogger(__name__)
@@ -178,7 +178,7 @@ def desired_placements(node_id: int) -> list[protocol.Placement]:
             registry={"username": job.registry_username, "password": job.registry_password()}
             if job.registry_username else None,
             shm_size_gb=job.shm_size_gb, mount_path=job.volume_mount_path,
-            output_prefix=f"s3://{settings.S3_RESULTS_BUCKET}/jobs/{job.pk}/attempt-{p.attempt.number}",
+            output_prefix=output_prefix(job.pk, p.attempt.number),
             resume_step=p.attempt.resume_step,
             stop_grace_seconds=settings.JOB_STOP_GRACE_SECONDS,
             env=checkpoint_environment(job),
@@ -193,7 +193,7 @@ def checkpoint_environment(job: TrainingJob) -> dict[str, str]:
     if not settings.S3_ENDPOINT_URL:
         return {}
     return {
-        "CHECKPOINT_S3_URL": f"s3://{settings.S3_RESULTS_BUCKET}/jobs/{job.pk}/checkpoints",
+        "CHECKPOINT_S3_URL": checkpoint_prefix(job.pk).rstrip("/"),
         "S3_ENDPOINT_URL": settings.S3_ENDPOINT_URL,
         "S3_ACCESS_KEY": settings.S3_ACCESS_KEY,
         "S3_SECRET_KEY": settings.S3_SECRET_KEY,

@@ -6,7 +6,6 @@ import contextlib
 import hmac
 from typing import Any
 
-from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -15,6 +14,7 @@ from nodeagent import protocol
 from ..choices import JobStatus
 from ..models import Placement, TrainingJob
 from ..nodes.registry import checkpoint_environment
+from ..objectstore import output_prefix
 from . import jobcomp, runs, sync
 from .adapters import SlurmJobView
 from .client import SlurmError
@@ -94,7 +94,7 @@ def desired(run_id: int, role: str) -> list[protocol.Placement]:
         master_port=attempt.master_port, gpu_indices=list(placement.gpu_indices), command=job.command,
         script_url=job.script_url, image=job.image_url, registry=None, shm_size_gb=job.shm_size_gb,
         mount_path=job.volume_mount_path,
-        output_prefix=f"s3://{settings.S3_RESULTS_BUCKET}/jobs/{job.pk}/attempt-{attempt.number}",
+        output_prefix=output_prefix(job.pk, attempt.number),
         resume_step=attempt.resume_step, stop_grace_seconds=run.slurm_job.cluster.stop_grace_seconds,
         env=checkpoint_environment(job),
     )]
