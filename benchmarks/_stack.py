@@ -123,3 +123,18 @@ def percentile(values: list[float], q: float) -> float:
         return float("nan")
     k = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
     return ordered[k]
+
+
+def run_on_bench_nodes(job, roles: list[list[str]], gpus: int) -> None:
+    """The job runs its attempt 1 on nodes bench-node-0, 1, … (roles[i] on node i), as the
+    scheduler would have placed it: a node may write logs and metrics only of its own placements
+    (jobs.agent_writes). Each agent then names its placements in its hello."""
+    from jobs.models import JobAttempt, Node, Placement, TrainingJob
+
+    TrainingJob.objects.filter(pk=job.pk).update(current_attempt=1, status="Running")
+    attempt = JobAttempt.objects.create(job=job, number=1, master_addr="127.0.0.1", master_port=29500)
+    for rank, node_roles in enumerate(roles):
+        node = Node.objects.create(name=f"bench-node-{rank}", server_type=job.server_type, address="127.0.0.1")
+        for role in node_roles:
+            Placement.objects.create(attempt=attempt, node=node, node_name=node.name, role=role, node_rank=rank,
+                                     gpu_indices=list(range(gpus)), state="running")

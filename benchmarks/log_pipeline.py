@@ -19,7 +19,7 @@ import asyncio
 import json
 import time
 
-from _stack import BenchStack, percentile
+from _stack import BenchStack, percentile, run_on_bench_nodes
 
 BATCH = 500
 WINDOW = 8
@@ -30,7 +30,7 @@ def setup_job(agents: int):
     from django.contrib.sessions.backends.db import SessionStore
 
     from jobs import actions
-    from jobs.models import JobAttempt, Node, NodeToken, Placement, ServerType, TrainingJob
+    from jobs.models import NodeToken
 
     user = get_user_model().objects.create_user("bench", password="bench-pass-123")
     job = actions.create_job(user, {
@@ -39,16 +39,9 @@ def setup_job(agents: int):
         "shm_size_gb": 64, "image_url": "trainer:1", "registry_username": "", "volume_mount_path": "",
         "script_url": "", "command": "true",
     }, [])
-    # the benchmark feeds attempt 1 itself; no scheduler involved. A node writes only the stream
-    # of its own placement (jobs.agent_writes): bench-node-i runs worker-i, node 0 also master (the latency probe)
-    TrainingJob.objects.filter(pk=job.pk).update(current_attempt=1, status="Running")
-    attempt = JobAttempt.objects.create(job=job, number=1, master_addr="127.0.0.1", master_port=29500)
-    g2 = ServerType.objects.get(name="g2")
-    for i in range(agents):
-        node = Node.objects.create(name=f"bench-node-{i}", server_type=g2, address="127.0.0.1")
-        for role in [f"worker-{i}", *(["master"] if i == 0 else [])]:
-            Placement.objects.create(attempt=attempt, node=node, node_name=node.name, role=role, node_rank=i,
-                                     gpu_indices=[], state="running")
+    # the benchmark feeds attempt 1 itself, no scheduler involved: bench-node-i runs worker-i,
+    # node 0 also master (the latency probe)
+    run_on_bench_nodes(job, [[f"worker-{i}", *(["master"] if i == 0 else [])] for i in range(agents)], gpus=0)
     tokens = [NodeToken.mint(f"bench-node-{i}")[1] for i in range(agents)]
     session = SessionStore()
     session["_auth_user_id"] = str(user.pk)

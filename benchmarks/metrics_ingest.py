@@ -26,7 +26,7 @@ import time
 os.environ.setdefault("BENCH_DATABASE", "simpleai_metrics_bench")
 os.environ.setdefault("BENCH_REDIS_URL", "redis://127.0.0.1:6379/8")
 
-from _stack import BenchStack, percentile
+from _stack import BenchStack, percentile, run_on_bench_nodes
 
 WINDOW = 4  # batches in flight per agent
 GPU_METRICS = 12
@@ -38,7 +38,7 @@ def setup(agents: int) -> tuple[list[str], int]:
     from django.contrib.auth import get_user_model
 
     from jobs import actions
-    from jobs.models import JobAttempt, Node, NodeToken, Placement, ServerType, TrainingJob
+    from jobs.models import NodeToken
 
     user = get_user_model().objects.create_user("bench", password="bench-pass-123")
     job = actions.create_job(user, {
@@ -47,15 +47,9 @@ def setup(agents: int) -> tuple[list[str], int]:
         "shm_size_gb": 64, "image_url": "trainer:1", "registry_username": "", "volume_mount_path": "",
         "script_url": "", "command": "true",
     }, [])
-    # a node sends training and GPU metrics only of jobs it runs (jobs.agent_writes): every bench
-    # node holds a placement of the job (node 0 its master), as a job of `agents` nodes would
-    TrainingJob.objects.filter(pk=job.pk).update(current_attempt=1, status="Running")
-    attempt = JobAttempt.objects.create(job=job, number=1, master_addr="127.0.0.1", master_port=29500)
-    g2 = ServerType.objects.get(name="g2")
-    for i in range(agents):
-        node = Node.objects.create(name=f"bench-node-{i}", server_type=g2, address="127.0.0.1")
-        Placement.objects.create(attempt=attempt, node=node, node_name=node.name, role=role_of(i), node_rank=i,
-                                 gpu_indices=list(range(8)), state="running")
+    # a node sends training and GPU metrics only of jobs it runs: every bench node holds a
+    # placement of the job (node 0 its master), as a job of `agents` nodes would
+    run_on_bench_nodes(job, [[role_of(i)] for i in range(agents)], gpus=8)
     return [NodeToken.mint(f"bench-node-{i}")[1] for i in range(agents)], job.pk
 
 
