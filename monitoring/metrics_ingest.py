@@ -215,6 +215,8 @@ def publish(node: str, samples: list[Sample]) -> None:
         if s.job_id is not None and not is_late(s.ts, now):
             dims: dict = {"node": node, "gpu": s.gpu} if s.gpu is not None else {"stream": s.stream}
             by_job[s.job_id].append([s.metric, s.ts, s.value, dims])
-    for job_id, job_samples in by_job.items():
-        event = MetricsEvent(type="job.metrics", job_id=job_id, samples=job_samples)
-        live.publish(job_group(job_id), dict(event))  # lost: the chart shows them on its next load
+    # one send for every job of the batch; lost: the chart shows them on its next load
+    live.publish_many([
+        (job_group(job_id), dict(MetricsEvent(type="job.metrics", job_id=job_id, samples=job_samples)))
+        for job_id, job_samples in by_job.items()
+    ])
