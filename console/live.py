@@ -25,7 +25,12 @@ _lock = threading.Lock()
 
 
 def attach(loop: asyncio.AbstractEventLoop) -> None:
-    """Called on the server's event loop (console.asgi): its worker threads publish through it."""
+    """Called on the server's event loop (console.asgi): its worker threads publish through it.
+    Only the main thread's loop is the server's (daphne's reactor). A loop that runs one call in
+    a worker thread (asgiref's async_to_sync, a test's communicator) is closed when the call ends,
+    and cancelling a sender caught inside a Redis send there can keep that loop from closing."""
+    if threading.current_thread() is not threading.main_thread():
+        return
     global _loop, _queue
     with _lock:
         if _loop is loop and _queue is not None:
