@@ -1,22 +1,26 @@
 """The console's end of a node agent's WebSocket (protocol in nodeagent.protocol).
 
 Thin: jobs.agent_socket checks each message and keeps a bad one from jamming the node; this
-calls jobs.nodes.registry / jobs.lifecycle / monitoring.ingest. Messages are handled one at a time per
-connection, in order, so `ack` can be cumulative. One connection per node: a hello opens a new
-session of the node and the older connection (if any) is closed with 4409.
+calls jobs.nodes.registry and, through jobs.agent_inbox, jobs.lifecycle / monitoring.ingest. A
+connection's messages are stored in order; those that arrived while earlier ones were being
+stored go to the pool together, and one cumulative `ack` answers them. Nothing on a connection's
+message loop waits for the pool (a heartbeat must not wait behind other nodes' messages). One
+connection per node: a hello opens a new session of the node and the older connection (if any)
+is closed with 4409.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 
+from asgiref.sync import sync_to_async
 from redis.exceptions import RedisError
 
-from monitoring import ingest, metrics_ingest
 from nodeagent import protocol
 
-from . import lifecycle
+from . import agent_inbox
 from .agent_db import OUTAGE_ERRORS, agent_db
 from .agent_socket import ProtocolConsumer, bearer_token
 from .heartbeats import BOOK
@@ -28,6 +32,10 @@ log = logging.getLogger(__name__)
 # (a placement being stopped within its grace differs for a few beats: that is expected)
 RESYNC_AFTER_DISAGREEMENTS = 3
 REJOIN_EVERY_HEARTBEATS = 5
+# stored messages handed to the pool in one trip (a reconnecting agent resends thousands)
+MAX_BATCH = 64
+# the per-message retries are inside (jobs.agent_inbox), so not agent_db's
+_store_on_pool = sync_to_async(agent_inbox.store_messages, thread_sensitive=False)
 
 
 class AgentConsumer(ProtocolConsumer):
@@ -38,11 +46,16 @@ class AgentConsumer(ProtocolConsumer):
     disagreements = 0
     in_group = False
     clock_offset = 0.0  # console time − agent time, measured at hello
+    drainer: asyncio.Task | None = None  # storing the inbox's messages (set up in connect)
+    desired_sender: asyncio.Task | None = None  # want_desired's send under way
+    desired_wanted = False
+    joining: asyncio.Task | None = None  # a periodic re-join of the node's group under way
 
     async def connect(self) -> None:
         # accept first so a refusal can carry a readable message before the close
         await self.accept()
         self.beats = 0
+        self.inbox: list[tuple[dict, str]] = []  # stored messages waiting for the drain, in order
         try:
             self.token = await agent_db(registry.authenticate)(bearer_token(self.scope))
         except registry.AgentRefused as refused:
@@ -54,6 +67,9 @@ class AgentConsumer(ProtocolConsumer):
         self.accepting, self.sender = True, self.token.name
 
     async def disconnect(self, code: int) -> None:
+        for task in (self.drainer, self.desired_sender, self.joining):
+            if task is not None:
+                task.cancel()  # what it did not acknowledge, the agent sends again
         if self.node_id is None:
             return
         BOOK.forget(self.node_id, self.session)
@@ -67,7 +83,7 @@ class AgentConsumer(ProtocolConsumer):
             except RedisError:
                 log.warning("could not leave node %s's group (Redis)", self.node_id)
 
-    async def handle(self, message: dict) -> None:
+    async def handle(self, message: dict, raw: str) -> None:
         kind = message["type"]
         if kind == "hello":
             await self._hello(message)
@@ -78,19 +94,39 @@ class AgentConsumer(ProtocolConsumer):
         if kind == "heartbeat":
             await self._heartbeat(message)
             return
-        if kind == "logs":
-            await agent_db(ingest.store_batch)(message, self.node_id)
-        elif kind == "attempt":
-            await self._attempt(message)
-        elif kind == "metrics":
-            await agent_db(metrics_ingest.store_metrics)(self.node_id, message)
-        elif kind == "fault":
-            await agent_db(registry.record_fault)(self.node_id, message)
-        elif kind == "checkpoint":
-            await agent_db(lifecycle.record_checkpoint)(
-                message["job_id"], message["attempt"], message["step"], message["url"], self.node_id, message["role"],
-            )
-        await self.send_json(protocol.Ack(type="ack", upto=message["msg_id"]))
+        if kind in agent_inbox.STORED_KINDS:
+            # stored in order by one drain per connection, with whatever else arrived meanwhile
+            self.inbox.append((message, raw))
+            if self.drainer is None or self.drainer.done():
+                self.drainer = asyncio.get_running_loop().create_task(self._drain())
+
+    async def _drain(self) -> None:
+        try:
+            while self.inbox and self.accepting:
+                batch, self.inbox = self.inbox[:MAX_BATCH], self.inbox[MAX_BATCH:]
+                outcomes = await _store_on_pool(self.node_id, [message for message, _ in batch], self.sender)
+                await self._answer(batch, outcomes)
+        except Exception:  # the socket went meanwhile: the agent sends again what was not acknowledged
+            log.warning("could not answer the messages of node %s", self.node_id, exc_info=True)
+
+    async def _answer(self, batch: list[tuple[dict, str]], outcomes: list[agent_inbox.Outcome]) -> None:
+        """One ack for what was stored; an error (and its own ack) for each refused message."""
+        upto = None
+        for (message, raw), outcome in zip(batch, outcomes, strict=False):  # outcomes end at an outage
+            if outcome.outage:
+                if upto is not None:
+                    await self.send_json(protocol.Ack(type="ack", upto=upto))
+                self.inbox.clear()  # nothing after it may be stored before it: the agent resends them
+                await self.degraded("the console cannot reach its database")
+                self.accepting = False
+                return
+            if outcome.refusal:
+                await self.reject(message, raw, outcome.refusal)  # acknowledges up to it
+                upto = None
+            else:
+                upto = message["msg_id"]
+        if upto is not None:
+            await self.send_json(protocol.Ack(type="ack", upto=upto))
 
     async def _hello(self, hello: protocol.Hello) -> None:
         try:
@@ -132,26 +168,17 @@ class AgentConsumer(ProtocolConsumer):
         sent = beat.get("sent_at")
         BOOK.beat(self.node_id, self.session, float(sent) + self.clock_offset if sent is not None else time.time())
         self.beats += 1
-        if not self.in_group or self.beats % REJOIN_EVERY_HEARTBEATS == 0:
-            # group membership lost with a restarted Redis comes back (group_add is idempotent)
-            await self._join_group()
+        if (not self.in_group or self.beats % REJOIN_EVERY_HEARTBEATS == 0) and (self.joining is None or self.joining.done()):
+            # group membership lost with a restarted Redis comes back (group_add is idempotent);
+            # aside, so that a busy Redis never holds up the heartbeats behind this one
+            self.joining = asyncio.get_running_loop().create_task(self._join_group())
         # the desired state is pushed when it changes; it is sent again only when the agent's
         # report keeps disagreeing with it (a push lost in a disconnect or a Redis outage)
         running = {protocol.placement_key(r["job_id"], r["attempt"], r["role"]) for r in beat.get("running") or []}
         self.disagreements = self.disagreements + 1 if running != self.sent else 0
         if self.disagreements >= RESYNC_AFTER_DISAGREEMENTS:
-            await self.send_desired()
-
-    async def _attempt(self, message: protocol.AttemptUpdate) -> None:
-        report = lifecycle.PlacementReport(
-            job_id=message["job_id"], attempt=message["attempt"], role=message["role"], state=message["state"],
-            exit_code=message.get("exit_code"), signal=message.get("signal"),
-            output_url=message.get("output_url", ""), message=message.get("message", ""),
-            image_error=bool(message.get("image_error")), failure=message.get("failure", ""),
-        )
-        outcome = await agent_db(lifecycle.record_placement)(report, self.node_id)
-        if outcome == "stale":
-            log.info("ignored %s of superseded attempt %s/%s", message["state"], message["job_id"], message["attempt"])
+            self.disagreements = 0
+            self.want_desired()
 
     async def send_desired(self) -> None:
         self.desired_in_flight = True
@@ -169,12 +196,37 @@ class AgentConsumer(ProtocolConsumer):
         ))
         await self.close(code=protocol.CLOSE_SUPERSEDED)
 
+    def want_desired(self) -> None:
+        """Send the desired state soon, off this connection's message loop: reading it waits for
+        the agents' shared pool, and a heartbeat must never wait behind that pool's backlog (a
+        node whose heartbeats lag past the grace is declared Lost). Asked again while a send is
+        under way, it sends once more after it (the change may have come after its read)."""
+        self.desired_wanted = True
+        if self.desired_sender is None or self.desired_sender.done():
+            self.desired_sender = asyncio.get_running_loop().create_task(self._send_wanted())
+
+    async def _send_wanted(self) -> None:
+        try:
+            while self.desired_wanted:
+                self.desired_wanted = False
+                await self.send_desired()
+        except Exception:  # the socket went, or the database: the heartbeat book sends it again
+            log.warning("could not send node %s its desired state", self.node_id, exc_info=True)
+
     async def node_sync(self, event: dict) -> None:
-        await self.send_desired()
+        self.want_desired()
 
     async def node_superseded(self, event: dict) -> None:
         if event.get("session", 0) > self.session:
             await self.superseded()
+
+    async def node_lost(self, event: dict) -> None:
+        """The watchdog declared this node Lost while this connection was open (its heartbeats
+        came too late): it must register again, or it would stay disconnected in the registry."""
+        await self.send_json(protocol.Error(
+            type="error", message="the console declared this node Lost (no heartbeat arrived within the grace); connect again",
+        ))
+        await self.close(code=protocol.CLOSE_DECLARED_LOST)
 
     async def node_inject(self, event: dict) -> None:
         await self.send_json(event["message"])

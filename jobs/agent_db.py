@@ -31,7 +31,9 @@ RETRIED_SQLSTATES = frozenset({"40P01", "40001"})
 ATTEMPTS = 4
 
 
-def _call(func: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+def call_with_retries(func: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+    """Call `func` on this thread's connection; a deadlock victim or a serialization failure is
+    run again, and a connection a failure broke is dropped (the next call opens a new one)."""
     for attempt in range(1, ATTEMPTS + 1):
         try:
             return func(*args, **kwargs)
@@ -46,12 +48,12 @@ def _call(func: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
 
 
 def agent_db(func: Callable[P, R]) -> Callable[P, Awaitable[R]]:
-    return sync_to_async(functools.partial(_call, func), thread_sensitive=False)  # type: ignore[return-value]
+    return sync_to_async(functools.partial(call_with_retries, func), thread_sensitive=False)  # type: ignore[return-value]
 
 
 def on_thread(executor: ThreadPoolExecutor, func: Callable[P, R]) -> Callable[P, Awaitable[R]]:
     """Like `agent_db`, on `executor`'s own threads: work that must not queue behind a backlog of
     agent messages in the shared pool (the heartbeat book's flush: jobs.heartbeats)."""
     async def call(*args: P.args, **kwargs: P.kwargs) -> R:
-        return await asyncio.get_running_loop().run_in_executor(executor, functools.partial(_call, func, *args, **kwargs))
+        return await asyncio.get_running_loop().run_in_executor(executor, functools.partial(call_with_retries, func, *args, **kwargs))
     return call

@@ -15,6 +15,7 @@ import json
 import logging
 from typing import Any
 
+from channels.consumer import get_handler_name
 from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncWebsocketConsumer
 
@@ -52,7 +53,17 @@ class ProtocolConsumer(AsyncWebsocketConsumer):
     node_id: int | None = None  # the registry's node, when the sender is one
     sender = ""  # who speaks, for logs and staff
 
-    async def handle(self, message: dict) -> None:
+    async def dispatch(self, message: dict) -> None:
+        """As Channels' own, without closing old database connections before every message: that
+        is a trip to Channels' one database thread per message (a fleet's heartbeats queued on
+        it), and these sockets use none of its connections (their calls run on jobs.agent_db's)."""
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"no handler for message type {message['type']}")
+        await handler(message)
+
+    async def handle(self, message: dict, raw: str) -> None:
+        """Handle one checked message (`raw`: its text, kept for staff if it is refused later)."""
         raise NotImplementedError
 
     async def send_json(self, content: dict) -> None:
@@ -83,7 +94,7 @@ class ProtocolConsumer(AsyncWebsocketConsumer):
             await self.reject(message, raw or repr(bytes_data)[:MAX_KEPT_BODY], f"malformed message: {exc}")
             return
         try:
-            await self.handle(message)
+            await self.handle(message, raw)
         except RefusedWrite as refused:
             await self.reject(message, raw, str(refused))
         except StopConsumer:

@@ -47,6 +47,8 @@ DEFAULT_FENCE_AFTER = 300.0  # seconds without the console before an agent stops
 # The agent channel's close codes, read by both ends (the browsers' are in console.sockets)
 CLOSE_BAD_TOKEN = 4401  # the token is unknown or revoked: the agent prints the error and exits
 CLOSE_SUPERSEDED = 4409  # another connection of the same node replaced this one: stop and exit
+# the console declared the node Lost (its heartbeats came later than the grace): say hello again
+CLOSE_DECLARED_LOST = 4410
 # the console is up but cannot serve now (its database or Redis is down). Not 1013: daphne (autobahn)
 # refuses to send a close code below 3000 other than 1000, and the close would become a 1011
 CLOSE_TRY_AGAIN = 4503

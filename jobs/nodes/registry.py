@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -245,6 +246,9 @@ def watch_heartbeats(now: datetime | None = None) -> list[str]:
             names.append(node.name)
             for placement in Placement.objects.filter(node=node, state__in=HOLDING_STATES).select_related("attempt"):
                 _placement_lost(placement, node)
+            # a connection it may still have must say hello again: the node is disconnected now
+            # and its next hello reconciles what it still runs (forget_unknown_placements)
+            transaction.on_commit(functools.partial(live.publish, node_group(node.pk), {"type": "node.lost"}))
     return names
 
 

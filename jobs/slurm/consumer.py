@@ -53,7 +53,7 @@ class SlurmStepConsumer(ProtocolConsumer):
             return
         self.accepting, self.sender = True, f"slurm run of job {self.run.attempt.job_id}"
 
-    async def handle(self, message: dict) -> None:
+    async def handle(self, message: dict, raw: str) -> None:
         kind = message["type"]
         if kind == "hello":
             await self._hello(message)

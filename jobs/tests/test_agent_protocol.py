@@ -2,19 +2,26 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import threading
 import time
+from datetime import timedelta
 
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 from channels.testing import WebsocketCommunicator
+from django.conf import settings
+from django.db import connection, transaction
+from django.utils import timezone
 
 from console.asgi import application
 from jobs import actions, lifecycle
-from jobs.models import Node, NodeToken, Placement, TrainingJob
+from jobs.models import ConsoleListening, Node, NodeToken, Placement, TrainingJob
+from jobs.nodes import registry
 from jobs.scheduling import Assignment
 from monitoring.models import LogLine
-from nodeagent.protocol import CLOSE_BAD_TOKEN
+from nodeagent.protocol import CLOSE_BAD_TOKEN, CLOSE_DECLARED_LOST
 
 from .factories import job_fields
 
@@ -217,3 +224,72 @@ async def test_a_placement_the_agent_saw_end_waits_for_its_exit_report():
     """The command ended while the console was away; the report is still in the agent's spool."""
     job = await _running_then_reconnect(ended=True)
     assert job.status == "Running"
+
+
+@synced
+async def test_messages_that_arrive_while_one_is_stored_are_stored_in_order_and_answered_together():
+    """A busy node's messages do not each wait their own turn: those that arrived while its first
+    was stored are stored next, in order, under one ack; a refused one among them costs itself."""
+    socket, _ = await connect_node("gpu-01")
+    job = await sync_to_async(_placed_job)()
+    await socket.receive_json_from(timeout=5)  # desired
+    held, release = threading.Event(), threading.Event()
+
+    def hold_the_job_row() -> None:  # a slow transaction elsewhere: the first report waits for it
+        with transaction.atomic():
+            TrainingJob.objects.select_for_update().get(pk=job.pk)
+            held.set()
+            release.wait(10)
+        connection.close()
+
+    holder = threading.Thread(target=hold_the_job_row)
+    holder.start()
+    assert held.wait(5)
+    now = time.time()
+
+    def report(msg_id: int, state: str) -> dict:
+        return {"type": "attempt", "msg_id": msg_id, "job_id": job.pk, "attempt": 1, "role": "master", "state": state}
+
+    def lines(msg_id: int, stream: str, seq: int) -> dict:
+        return {"type": "logs", "msg_id": msg_id, "job_id": job.pk, "attempt": 1, "stream": stream,
+                "lines": [[seq, now + seq, f"line {seq}"]]}
+
+    await socket.send_json_to(report(1, "preparing"))
+    await asyncio.sleep(0.5)  # being stored, behind the held row
+    for message in [report(2, "running"), lines(3, "master", 1), lines(4, "worker-1", 1), lines(5, "master", 2)]:
+        await socket.send_json_to(message)
+    await asyncio.sleep(0.2)
+    release.set()
+    replies = []
+    while len(replies) < 4:
+        reply = await socket.receive_json_from(timeout=5)
+        if reply["type"] != "desired":
+            replies.append(reply)
+    await sync_to_async(holder.join)()
+    assert replies[0] == {"type": "ack", "upto": 1}
+    assert replies[1]["type"] == "error" and replies[1]["msg_id"] == 4 and "worker-1" in replies[1]["message"]
+    assert replies[2:] == [{"type": "ack", "upto": 4}, {"type": "ack", "upto": 5}]  # not one ack per message
+    await sync_to_async(job.refresh_from_db)()
+    assert job.status == "Running"
+    stored = await sync_to_async(lambda: list(LogLine.objects.filter(job=job).order_by("seq").values_list("stream", "text")))()
+    assert stored == [("master", "line 1"), ("master", "line 2")]
+    await socket.disconnect()
+
+
+@synced
+async def test_a_node_declared_lost_while_its_connection_is_open_is_told_to_connect_again():
+    """Heartbeats that came later than the grace (a console far behind) cost the node its
+    placements, not its place in the registry: its agent registers again at once."""
+    socket, _ = await connect_node("gpu-01")
+
+    def silence_past_the_grace() -> list[str]:
+        now = timezone.now()
+        ConsoleListening.objects.update_or_create(pk=1, defaults={"alive_at": now, "listening_since": now - timedelta(hours=1)})
+        silent = now - timedelta(seconds=settings.NODE_LOST_AFTER_SECONDS + 1)
+        Node.objects.filter(name="gpu-01").update(last_heartbeat_at=silent, last_sent_at=silent)
+        return registry.watch_heartbeats()
+
+    assert await sync_to_async(silence_past_the_grace)() == ["gpu-01"]
+    error = await socket.receive_json_from(timeout=5)
+    assert error["type"] == "error" and "declared this node Lost" in error["message"]
+    assert await socket.receive_output(timeout=5) == {"type": "websocket.close", "code": CLOSE_DECLARED_LOST}
