@@ -177,6 +177,9 @@ NODE_FENCE_AFTER_SECONDS = env_int("NODE_FENCE_AFTER_SECONDS", 300, minimum=10)
 JOB_STOP_GRACE_SECONDS = env_int("JOB_STOP_GRACE_SECONDS", 30, minimum=0)
 # how often beat runs the scheduler and the heartbeat watchdog (seconds)
 SCHEDULER_TICK_SECONDS = env_int("SCHEDULER_TICK_SECONDS", 5, minimum=1)
+# a scheduler run starts at least this long after the previous one ended (milliseconds): a
+# burst of events meanwhile (a fleet finishing jobs) is one run that sees them all, not one each
+SCHEDULER_MIN_GAP_MS = env_int("SCHEDULER_MIN_GAP_MS", 500, minimum=0)
 # how often the watchdog looks for nodes past their grace (one indexed query)
 NODE_WATCH_SECONDS = env_int("NODE_WATCH_SECONDS", 2, minimum=1)
 

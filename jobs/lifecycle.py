@@ -149,7 +149,7 @@ def _maybe_running(job: TrainingJob) -> None:
     attempt.running_at = now
     attempt.lost_seconds = _time_lost(job, attempt, now)
     attempt.save(update_fields=["running_at", "lost_seconds"])
-    actions.transition(job.pk, JobStatus.RUNNING, "The command runs on every node")
+    actions.transition(job.pk, JobStatus.RUNNING, "The command runs on every node", locked=job)
 
 
 def _time_lost(job: TrainingJob, attempt: JobAttempt, now) -> float:
@@ -181,7 +181,8 @@ def _after_exit(job: TrainingJob, placement: Placement, report: PlacementReport)
         if all(p.exit_code == 0 for p in placements):
             outputs = sorted({p.output_url.rsplit("/", 2)[0] for p in placements if p.output_url})
             failover.end_attempt(job, "Completed")
-            actions.complete_job(job.pk, "Every node's command exited with code 0", outputs[0] + "/" if outputs else "")
+            actions.complete_job(job.pk, "Every node's command exited with code 0", outputs[0] + "/" if outputs else "",
+                                locked=job)
         return
     evidence = failover.evidence_for(placement)
     if report.image_error:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import logging
+import time
 
 from celery import shared_task
+from django.conf import settings
 from django.db import transaction
 
 from . import events, failover, notify, scheduler_run
@@ -14,11 +16,25 @@ from .nodes import registry
 log = logging.getLogger(__name__)
 
 
-@shared_task(acks_late=True, ignore_result=True)
-def schedule_jobs() -> dict:
-    """Place waiting jobs on free capacity (jobs.scheduler_run); idempotent."""
+_last_run_ended = 0.0  # time.monotonic() when this worker process's last scheduler run ended
+
+
+@shared_task(bind=True, acks_late=True, ignore_result=True)
+def schedule_jobs(self) -> dict:
+    """Place waiting jobs on free capacity (jobs.scheduler_run); idempotent.
+
+    Queued by a request, a run waits out SCHEDULER_MIN_GAP_MS after the previous one: the
+    request flag stays set meanwhile, so the events of that wait ask for nothing more and the
+    run sees them all (a run reads every waiting job, however many events there were)."""
+    global _last_run_ended
+    wait = settings.SCHEDULER_MIN_GAP_MS / 1000 - (time.monotonic() - _last_run_ended)
+    if wait > 0 and not (self.request.called_directly or self.request.is_eager):
+        time.sleep(wait)
     notify.schedule_request_taken()
-    return scheduler_run.run().counts()
+    try:
+        return scheduler_run.run().counts()
+    finally:
+        _last_run_ended = time.monotonic()
 
 
 @shared_task(ignore_result=True)

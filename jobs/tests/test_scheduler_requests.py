@@ -4,6 +4,7 @@ run, queue one run on the real broker (Redis), not one task each."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 
 import pytest
@@ -50,3 +51,26 @@ def test_a_lost_request_stops_blocking_ticks_after_its_expiry(broker):
     time.sleep(0.1)
     scheduler_tick()
     assert queued_tasks(broker) == ["jobs.tasks.schedule_jobs"]
+
+
+def test_commits_while_a_request_is_made_are_covered_by_one_more_that_begins_after_them(monkeypatch):
+    """Agent reports commit faster than Redis answers: they coalesce, and none goes unasked."""
+    began: list[float] = []
+    first = threading.Event()
+
+    def slow_request() -> None:
+        began.append(time.monotonic())
+        first.set()
+        time.sleep(0.3)
+
+    monkeypatch.setattr(notify, "request_schedule", slow_request)
+    asker = notify._Asker()
+    asker.ask()
+    assert first.wait(2)
+    for _ in range(50):
+        asker.ask()
+    last_commit = time.monotonic()
+    time.sleep(1)
+    assert len(began) == 2  # not 51
+    assert began[1] >= last_commit
+
