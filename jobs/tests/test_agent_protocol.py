@@ -10,6 +10,7 @@ from datetime import timedelta
 
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
+from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 from django.conf import settings
 from django.db import connection, transaction
@@ -19,6 +20,7 @@ from console.asgi import application
 from jobs import actions, lifecycle
 from jobs.models import ConsoleListening, Node, NodeToken, Placement, TrainingJob
 from jobs.nodes import registry
+from jobs.notify import node_group
 from jobs.scheduling import Assignment
 from monitoring.models import LogLine
 from nodeagent.protocol import CLOSE_BAD_TOKEN, CLOSE_DECLARED_LOST
@@ -293,3 +295,35 @@ async def test_a_node_declared_lost_while_its_connection_is_open_is_told_to_conn
     error = await socket.receive_json_from(timeout=5)
     assert error["type"] == "error" and "declared this node Lost" in error["message"]
     assert await socket.receive_output(timeout=5) == {"type": "websocket.close", "code": CLOSE_DECLARED_LOST}
+
+
+@synced
+async def test_a_slow_desired_state_read_does_not_hold_up_the_nodes_heartbeats(monkeypatch):
+    """A console far behind on database work still hears every heartbeat: a node's desired
+    state waiting for the pool (a push) must not keep its heartbeats from counting (under a
+    fleet's backlog they lagged past the grace and live nodes were declared Lost)."""
+    socket, welcome = await connect_node("gpu-01")
+    release = threading.Event()
+    desired_placements = registry.desired_placements
+
+    def slow_read(node_id: int):
+        release.wait(15)
+        return desired_placements(node_id)
+
+    monkeypatch.setattr(registry, "desired_placements", slow_read)
+    await get_channel_layer().group_send(node_group(welcome["node_id"]), {"type": "node.sync"})
+    await asyncio.sleep(0.3)  # the read waits
+    sent = time.time()
+    await socket.send_json_to({"type": "heartbeat", "running": [], "sent_at": sent})
+
+    def counted_from() -> float | None:
+        at = Node.objects.get(pk=welcome["node_id"]).last_sent_at
+        return at.timestamp() if at else None
+
+    deadline = time.monotonic() + 6  # two heartbeat-book flushes and then some
+    while time.monotonic() < deadline and (await sync_to_async(counted_from)() or 0) < sent - 0.01:
+        await asyncio.sleep(0.2)
+    assert abs((await sync_to_async(counted_from)() or 0) - sent) < 0.01, "the heartbeat waited for the desired state"
+    release.set()
+    assert (await socket.receive_json_from(timeout=10))["type"] == "desired"
+    await socket.disconnect()
