@@ -8,7 +8,7 @@ so running it again changes nothing, and a lost trigger is made up by the next t
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -103,15 +103,18 @@ def _release_warm(jobs: dict[int, TrainingJob], started: Mapping[int, Sequence[A
     )
 
 
-def run(now: datetime | None = None) -> RunSummary:
-    """Place waiting jobs on free capacity (gang, priority then FIFO, with backfill); idempotent."""
+def run(now: datetime | None = None, on_locked: Callable[[], None] | None = None) -> RunSummary:
+    """Place waiting jobs on free capacity (gang, priority then FIFO, with backfill); idempotent.
+    `on_locked` is called once this run holds the scheduler lock, before it reads anything."""
     with events.batched():  # the run's job events (sent on commit) go out together
-        return _run(now)
+        return _run(now, on_locked)
 
 
-def _run(now: datetime | None) -> RunSummary:
+def _run(now: datetime | None, on_locked: Callable[[], None] | None = None) -> RunSummary:
     with transaction.atomic():
         take_scheduler_lock()
+        if on_locked is not None:
+            on_locked()
         now = now or timezone.now()
         released = release_overdue(now)
         queue = policy.served_by_agents(TrainingJob.objects.filter(status__in=WAITING))

@@ -23,16 +23,22 @@ _last_run_ended = 0.0  # time.monotonic() when this worker process's last schedu
 def schedule_jobs(self) -> dict:
     """Place waiting jobs on free capacity (jobs.scheduler_run); idempotent.
 
-    Queued by a request, a run waits out SCHEDULER_MIN_GAP_MS after the previous one: the
-    request flag stays set meanwhile, so the events of that wait ask for nothing more and the
-    run sees them all (a run reads every waiting job, however many events there were)."""
+    The request flag is cleared only once this run holds the scheduler lock: while it waits
+    behind the run in progress, events ask for nothing more (it will see them), so at most one
+    run ever waits and the watchdog always finds a worker thread. Holding the lock, a queued run
+    first waits out SCHEDULER_MIN_GAP_MS after the previous one, so a burst of completions is one
+    run that sees them all, however many events there were."""
     global _last_run_ended
-    wait = settings.SCHEDULER_MIN_GAP_MS / 1000 - (time.monotonic() - _last_run_ended)
-    if wait > 0 and not (self.request.called_directly or self.request.is_eager):
-        time.sleep(wait)
-    notify.schedule_request_taken()
+    queued = not (self.request.called_directly or self.request.is_eager)
+
+    def locked() -> None:
+        wait = settings.SCHEDULER_MIN_GAP_MS / 1000 - (time.monotonic() - _last_run_ended)
+        if queued and wait > 0:
+            time.sleep(wait)
+        notify.schedule_request_taken()
+
     try:
-        return scheduler_run.run().counts()
+        return scheduler_run.run(on_locked=locked).counts()
     finally:
         _last_run_ended = time.monotonic()
 

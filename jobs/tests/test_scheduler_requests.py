@@ -10,10 +10,12 @@ import time
 import pytest
 import redis
 from django.conf import settings
+from django.db import connection, transaction
 
 from console.celery import app
 from jobs import notify
-from jobs.tasks import scheduler_tick
+from jobs.locks import take_scheduler_lock
+from jobs.tasks import schedule_jobs, scheduler_tick
 
 
 @pytest.fixture
@@ -74,3 +76,41 @@ def test_commits_while_a_request_is_made_are_covered_by_one_more_that_begins_aft
     assert len(began) == 2  # not 51
     assert began[1] >= last_commit
 
+
+
+@pytest.mark.django_db(transaction=True)
+def test_runs_waiting_behind_a_long_run_do_not_multiply(broker):
+    """A run queued while another runs waits for the lock without taking the request: events
+    meanwhile queue nothing more (each task that took it while waiting let one more in, until
+    every worker thread waited on the lock and the watchdog had none)."""
+    holding, release = threading.Event(), threading.Event()
+
+    def long_run() -> None:  # a run in progress: it holds the scheduler lock
+        with transaction.atomic():
+            take_scheduler_lock()
+            holding.set()
+            release.wait(10)
+        connection.close()
+
+    def queued_run() -> None:  # a worker thread running the queued task
+        schedule_jobs()
+        connection.close()
+
+    first = threading.Thread(target=long_run)
+    first.start()
+    assert holding.wait(5)
+    notify.request_schedule()  # an event: the task a worker thread takes next
+    second = threading.Thread(target=queued_run)
+    second.start()
+    time.sleep(0.5)  # it waits for the lock
+    for _ in range(5):  # more events behind it
+        notify.request_schedule()
+    try:
+        assert queued_tasks(broker) == ["jobs.tasks.schedule_jobs"]
+    finally:
+        release.set()
+        first.join(5)
+        second.join(10)
+    assert not second.is_alive()
+    notify.request_schedule()  # the run took the request when it ran: a new event queues one more
+    assert queued_tasks(broker) == ["jobs.tasks.schedule_jobs"] * 2
