@@ -21,9 +21,9 @@ from redis.exceptions import RedisError
 from nodeagent import protocol
 
 from . import agent_inbox
-from .agent_db import OUTAGE_ERRORS, agent_db
+from .agent_db import OUTAGE_ERRORS, agent_db, on_thread
 from .agent_socket import ProtocolConsumer, bearer_token
-from .heartbeats import BOOK
+from .heartbeats import BOOK, BOOK_THREAD
 from .nodes import registry
 from .notify import node_group
 
@@ -73,8 +73,10 @@ class AgentConsumer(ProtocolConsumer):
         if self.node_id is None:
             return
         BOOK.forget(self.node_id, self.session)
-        try:  # bookkeeping first: a failure of Redis below must not leave the node "connected"
-            await agent_db(registry.disconnected)(self.node_id, self.session)
+        try:  # bookkeeping first: a failure of Redis below must not leave the node "connected";
+            # on the heartbeat book's thread: behind the pool's backlog it would outlast daphne's
+            # shutdown timeout and be killed, leaving a gone node "connected" for new placements
+            await on_thread(BOOK_THREAD, registry.disconnected)(self.node_id, self.session)
         except Exception:
             log.warning("could not mark node %s disconnected", self.node_id, exc_info=True)
         if self.in_group:

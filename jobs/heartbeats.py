@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 FLUSH_SECONDS = 2.0
 # the book's own thread (and database connection): under a backlog of agent messages in the shared
 # pool, the flush (the console's proof that it listens) must not wait minutes behind them, or
-# the watchdog could not declare a killed node Lost
+# the watchdog could not declare a killed node Lost; a disconnect's bookkeeping runs here too
 BOOK_THREAD = ThreadPoolExecutor(1, thread_name_prefix="heartbeat-book")
 STALE_CHECKS = 2  # flushes in a row that find a connection's desired state out of date (a push may be in flight)
 

@@ -249,6 +249,12 @@ def watch_heartbeats(now: datetime | None = None) -> list[str]:
             # a connection it may still have must say hello again: the node is disconnected now
             # and its next hello reconciles what it still runs (forget_unknown_placements)
             transaction.on_commit(functools.partial(live.publish, node_group(node.pk), {"type": "node.lost"}))
+    # level-triggered: a scheduler run that read a node as online just before it was declared
+    # Lost may commit placements there afterwards; nothing would ever start or end them
+    late = Placement.objects.filter(node__lost=True, state__in=HOLDING_STATES).select_related("attempt", "node")
+    for placement in late:
+        with transaction.atomic():
+            _placement_lost(placement, placement.node)
     return names
 
 
@@ -272,10 +278,11 @@ def forget_unknown_placements(node_id: int, running: list[protocol.RunningRef], 
 
 def _placement_lost(placement: Placement, node: Node, agent_restarted: bool = False) -> None:
     job = TrainingJob.objects.select_for_update().filter(pk=placement.attempt.job_id).first()
-    Placement.objects.filter(pk=placement.pk).update(
+    if not Placement.objects.filter(pk=placement.pk, state__in=HOLDING_STATES).update(
         state=PlacementState.LOST, ended_at=timezone.now(),
         message=f"the agent of node {node.name} came back without it" if agent_restarted else f"node {node.name} lost",
-    )
+    ):
+        return  # it ended meanwhile (its exit report, or another watchdog run)
     if job is None or job.current_attempt != placement.attempt.number:
         return
     others = Placement.objects.filter(attempt=placement.attempt).exclude(pk=placement.pk)

@@ -11,7 +11,7 @@ from django.utils import timezone
 from jobs import actions, lifecycle
 from jobs.capacity import GpuUse
 from jobs.capacity_load import load_ledger
-from jobs.models import Node, NodeGPU, NodeToken, ServerType, TrainingJob
+from jobs.models import Node, NodeGPU, NodeToken, Placement, ServerType, TrainingJob
 from jobs.nodes import registry
 from jobs.nodes.models import hash_token
 from jobs.scheduling import Assignment
@@ -99,6 +99,22 @@ def test_a_node_without_heartbeats_is_lost_and_its_job_fails(alice, settings, li
     assert job.status == "Failed"
     assert job.status_reason == "Node gpu-01 stopped sending heartbeats"
     assert registry.watch_heartbeats() == []  # idempotent
+
+
+def test_a_placement_committed_on_a_node_just_declared_lost_is_lost_at_the_next_watch(alice, listening_console):
+    """A scheduler run that read the node as online commits after the watchdog declared it Lost:
+    its placement must not wait forever for an agent that is gone (a job stuck in Creating)."""
+    node = make_node("gpu-01")
+    Node.objects.filter(pk=node.pk).update(lost=True, connected=False)  # declared Lost a moment ago
+    job = actions.create_job(alice, job_fields(), [])
+    lifecycle.start_attempt(job.pk, [Assignment(node.pk, node.name, (0,))])  # the run's late commit
+
+    assert registry.watch_heartbeats() == []  # no node is declared again
+
+    job = TrainingJob.objects.get(pk=job.pk)
+    assert job.status == "Failed"
+    assert job.status_reason == "Node gpu-01 stopped sending heartbeats"
+    assert list(Placement.objects.filter(attempt__job=job).values_list("state", flat=True)) == ["lost"]
 
 
 def test_cordon_takes_a_node_out_of_scheduling(alice):
