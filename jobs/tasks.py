@@ -19,28 +19,42 @@ log = logging.getLogger(__name__)
 _last_run_ended = 0.0  # time.monotonic() when this worker process's last scheduler run ended
 
 
+class _TooSoon(Exception):
+    """The previous run ended less than SCHEDULER_MIN_GAP_MS ago: let go of the lock and wait."""
+
+
 @shared_task(bind=True, acks_late=True, ignore_result=True)
 def schedule_jobs(self) -> dict:
     """Place waiting jobs on free capacity (jobs.scheduler_run); idempotent.
 
     The request flag is cleared only once this run holds the scheduler lock: while it waits
     behind the run in progress, events ask for nothing more (it will see them), so at most one
-    run ever waits and the watchdog always finds a worker thread. Holding the lock, a queued run
-    first waits out SCHEDULER_MIN_GAP_MS after the previous one, so a burst of completions is one
-    run that sees them all, however many events there were."""
+    run ever waits and the watchdog always finds a worker thread. A queued run also starts at
+    least SCHEDULER_MIN_GAP_MS after the previous one ended (waiting without the lock, the flag
+    still set), so a burst of completions is one run that sees them all."""
     global _last_run_ended
     queued = not (self.request.called_directly or self.request.is_eager)
 
+    def too_soon() -> float:
+        return settings.SCHEDULER_MIN_GAP_MS / 1000 - (time.monotonic() - _last_run_ended) if queued else 0.0
+
     def locked() -> None:
-        wait = settings.SCHEDULER_MIN_GAP_MS / 1000 - (time.monotonic() - _last_run_ended)
-        if queued and wait > 0:
-            time.sleep(wait)
+        if too_soon() > 0:
+            raise _TooSoon  # the run it waited behind has just ended
         notify.schedule_request_taken()
 
-    try:
-        return scheduler_run.run(on_locked=locked).counts()
-    finally:
+    while True:
+        if (wait := too_soon()) > 0:
+            time.sleep(wait)
+        try:
+            summary = scheduler_run.run(on_locked=locked)
+        except _TooSoon:
+            continue
+        except Exception:
+            _last_run_ended = time.monotonic()
+            raise
         _last_run_ended = time.monotonic()
+        return summary.counts()
 
 
 @shared_task(ignore_result=True)

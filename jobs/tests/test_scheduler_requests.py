@@ -78,7 +78,7 @@ def test_commits_while_a_request_is_made_are_covered_by_one_more_that_begins_aft
 
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)  # the run waits in another thread
 def test_runs_waiting_behind_a_long_run_do_not_multiply(broker):
     """A run queued while another runs waits for the lock without taking the request: events
     meanwhile queue nothing more (each task that took it while waiting let one more in, until
