@@ -16,14 +16,17 @@ seconds its command sleeps. Three phases:
 4. a backlog: `--backlog` more jobs created while staff have every node cordoned, then every node
    uncordoned at once, as when a sweep is submitted faster than any API can place it one by one
    (on 2 cores the API takes ~15 jobs/s, far fewer than a thousand nodes finish): how busy the
-   fleet's GPUs stay while jobs wait, completions per minute against the ideal; `--kill` agents
+   fleet's GPUs stay while jobs wait — held by placements as the console sees them, and running
+   a command as the agents see it (a GPU whose exit the console has not yet processed is held
+   but idle) — completions per minute against the ideal; `--kill` agents
    are killed during the drain (sockets dropped, no more heartbeats): how long until each is
    declared Lost under that load.
 
 Throughout: connected and Lost nodes every 5 s, the heartbeat processing lag (when the console
 stored a node's newest heartbeat minus when the agent sent it), created → Running, agent
-message → ack, completions per minute against the ideal, how busy the fleet's GPUs are, and the
-scheduler's runs (from the worker's log). `--console-tree PATH` runs the console from another
+message → ack, completions per minute against the ideal, how busy the fleet's GPUs are, the CPU
+of the console, this fleet, PostgreSQL and Redis, and the scheduler's and the watchdog's runs
+(from the worker's log). `--console-tree PATH` runs the console from another
 checkout (e.g. an older commit) with this process's Python, for a before/after side by side.
 """
 
@@ -171,6 +174,8 @@ class TimedSpool(Spool):
 class SimSupervisor:
     """Runs desired placements as timers: preparing, running, two lines, exit 0 after the sleep."""
 
+    running_gpus = 0  # of every agent: GPUs whose command runs now (started, not yet exited)
+
     def __init__(self, outbox: Outbox) -> None:
         self.outbox = outbox
         self.tasks: dict[str, asyncio.Task] = {}
@@ -199,7 +204,11 @@ class SimSupervisor:
             started = time.time()
             self.outbox.logs(placement["job_id"], placement["attempt"], placement["role"],
                              [[1, started, f"[INFO] Starting the command: {placement['command']}"], [2, started, "training"]])
-            await asyncio.sleep(seconds)
+            SimSupervisor.running_gpus += len(placement["gpu_indices"])
+            try:
+                await asyncio.sleep(seconds)
+            finally:
+                SimSupervisor.running_gpus -= len(placement["gpu_indices"])
             self.outbox.attempt(placement, "exited", exit_code=0)
         except asyncio.CancelledError:
             self.outbox.attempt(placement, "exited", signal=15)
@@ -246,8 +255,8 @@ class Probe:
     def __init__(self, console: Console) -> None:
         self.console = console
         self.db = psycopg.connect(f"{PG}/{DB}", autocommit=True)
-        # t, connected, lost, busy %, lag p99, jobs waiting
-        self.timeline: list[tuple[float, int, int, float, float, int]] = []
+        # t, connected, lost, GPUs held %, lag p99, jobs waiting, GPUs running a command %
+        self.timeline: list[tuple[float, int, int, float, float, int, float]] = []
 
     def poll(self, t0: float, gpus: int) -> None:
         connected, lost = self.db.execute("SELECT count(*) FILTER (WHERE connected), count(*) FILTER (WHERE lost) FROM jobs_node").fetchone()
@@ -256,7 +265,8 @@ class Probe:
         ).fetchone()[0]
         waiting = self.db.execute("SELECT count(*) FROM jobs_trainingjob WHERE status = 'Pending'").fetchone()[0]
         lag = self.lag_p99()
-        self.timeline.append((time.monotonic() - t0, connected, lost, 100 * held / gpus if gpus else 0, lag, waiting))
+        running = 100 * SimSupervisor.running_gpus / gpus if gpus else 0
+        self.timeline.append((time.monotonic() - t0, connected, lost, 100 * held / gpus if gpus else 0, lag, waiting, running))
 
     def diagnose(self, t0: float) -> None:
         """Print what the database is doing: the longest transactions, their waits; listening."""
@@ -314,24 +324,66 @@ class Probe:
 
 
 def console_usage(pids: list[int], seconds: float) -> tuple[float, float]:
-    """CPU (% of one core) and resident memory (MB) of the console's processes over `seconds`."""
+    """CPU (% of one core) and resident memory (MB) of the console's processes over `seconds`;
+    prints what the rest of the machine used meanwhile (this fleet, PostgreSQL, Redis)."""
     procs = []
     for pid in pids:
         with contextlib.suppress(psutil.Error):
             proc = psutil.Process(pid)
             procs += [proc, *proc.children(recursive=True)]
-    before = {p.pid: sum(p.cpu_times()[:2]) for p in procs if p.is_running()}
+    others = {"fleet": [psutil.Process()], "postgres": [], "redis": []}
+    for proc in psutil.process_iter(["name"]):
+        name = proc.info["name"] or ""
+        if name.startswith(("postgres", "redis")):
+            others["postgres" if name.startswith("postgres") else "redis"].append(proc)
+    everything = procs + [p for group in others.values() for p in group]
+    before = {}
+    for p in everything:
+        with contextlib.suppress(psutil.Error):
+            before[p.pid] = sum(p.cpu_times()[:2])
     time.sleep(seconds)
-    cpu = rss = 0.0
+
+    def used(group: list[psutil.Process]) -> float:
+        total = 0.0
+        for p in group:
+            with contextlib.suppress(psutil.Error):
+                total += sum(p.cpu_times()[:2]) - before.get(p.pid, 0)
+        return 100 * total / seconds
+
+    rss = 0.0
     for p in procs:
         with contextlib.suppress(psutil.Error):
-            cpu += sum(p.cpu_times()[:2]) - before.get(p.pid, 0)
             rss += p.memory_info().rss
-    return 100 * cpu / seconds, rss / 2**20
+    print("    meanwhile, % of one core: " + ", ".join(f"{name} {used(group):.0f}" for name, group in others.items())
+          + f" (the machine has {psutil.cpu_count()} cores)", flush=True)
+    return used(procs), rss / 2**20
 
 
 def scheduler_runs(log: str) -> list[float]:
     return [float(s) for s in re.findall(r"Task jobs\.tasks\.schedule_jobs\[[^\]]+\] succeeded in ([0-9.e-]+)s", log)]
+
+
+def worker_tasks(log: str, since: float) -> dict[str, list[float]]:
+    """Run times of every task the worker finished since `since` (epoch seconds), by task name."""
+    runs: dict[str, list[float]] = {}
+    for stamp, name, seconds in re.findall(
+        r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}): INFO[^\]]*\] Task ([\w.]+)\[[^\]]+\] succeeded in ([0-9.e-]+)s", log,
+    ):
+        if time.mktime(time.strptime(stamp[:19], "%Y-%m-%d %H:%M:%S")) + int(stamp[20:]) / 1000 >= since:
+            runs.setdefault(name, []).append(float(seconds))
+    return runs
+
+
+def watchdog_runs(log: str, since: float) -> list[tuple[float, float]]:
+    """(when it ended, epoch seconds; how long it ran) of each heartbeat watchdog run since `since`."""
+    runs = []
+    for stamp, seconds in re.findall(
+        r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}): INFO[^\]]*\] Task jobs\.tasks\.watch_heartbeats\[[^\]]+\] succeeded in ([0-9.e-]+)s", log,
+    ):
+        ended = time.mktime(time.strptime(stamp[:19], "%Y-%m-%d %H:%M:%S")) + int(stamp[20:]) / 1000
+        if ended >= since:
+            runs.append((ended, float(seconds)))
+    return runs
 
 
 # -- the run ----------------------------------------------------------------------------------
@@ -462,7 +514,7 @@ async def run(args) -> None:
                                                  args.clients, "backlog")
         TimedSpool.acks.clear()
         runs_before = len(scheduler_runs(console.worker_log()))
-        drain_t0 = time.monotonic()
+        drain_t0, drain_wall = time.monotonic(), time.time()
         await loop.run_in_executor(None, probe.cordon_all, False)
         killed: dict[str, float] = {}
         declared: dict[str, float] = {}
@@ -495,17 +547,32 @@ async def run(args) -> None:
         ideal = (gpus * 60 / avg_gpus / args.job_seconds) if avg_gpus else 0
         ideal_drain = args.backlog * avg_gpus * args.job_seconds / gpus
         runs = scheduler_runs(console.worker_log())[runs_before:]
-        busy = [row[3] for row in probe.timeline if row[0] >= drain_t0 - t0 + 5 and row[5] > 0]
+        waited = [row for row in probe.timeline if row[0] >= drain_t0 - t0 + 5 and row[5] > 0]
+        busy, running = [row[3] for row in waited], [row[6] for row in waited]
         acks = list(TimedSpool.acks)
         print(f"backlog: {args.backlog} jobs queued on a cordoned fleet, then uncordoned: ended in {drained_in:.0f} s "
               f"(ideal {ideal_drain:.0f} s: every GPU busy, {avg_gpus:.1f} GPUs per job); {dict(statuses)}")
-        print(f"  GPUs busy while jobs waited: mean {statistics.mean(busy) if busy else float('nan'):.0f} %, "
-              f"min {min(busy) if busy else float('nan'):.0f} % ({len(busy)} samples)")
+        print(f"  GPUs held by placements while jobs waited: mean {statistics.mean(busy) if busy else float('nan'):.0f} %, "
+              f"min {min(busy) if busy else float('nan'):.0f} % ({len(busy)} samples); running a command (as the agents "
+              f"see it): mean {statistics.mean(running) if running else float('nan'):.0f} %, "
+              f"min {min(running) if running else float('nan'):.0f} %")
         print(f"  completions per minute: {per_minute}; ideal {ideal:.0f}")
         print(f"  agent message→ack p50 {percentile(acks, 50):.3f} s, p99 {percentile(acks, 99):.3f} s ({len(acks)} messages)")
         print(f"  console CPU while draining {usage_cpu:.0f} % of one core, RSS {usage_rss:.0f} MB")
         print(f"  scheduler: {len(runs)} runs; run time p50 {percentile(runs, 50) * 1000:.0f} ms, "
               f"p99 {percentile(runs, 99) * 1000:.0f} ms, max {max(runs, default=0) * 1000:.0f} ms")
+        watchdog = watchdog_runs(console.worker_log(), drain_wall)
+        gaps = [b[0] - a[0] for a, b in zip(watchdog, watchdog[1:], strict=False)]
+        print(f"  watchdog: {len(watchdog)} runs in {drained_in:.0f} s; longest gap between runs {max(gaps, default=0):.1f} s, "
+              f"longest run {max((r[1] for r in watchdog), default=0):.2f} s")
+        tasks = worker_tasks(console.worker_log(), drain_wall)
+        print("  worker tasks: " + "; ".join(
+            f"{name.rsplit('.', 1)[-1]} {len(times)}× (max {max(times):.1f} s, {sum(times):.0f} s in all)"
+            for name, times in sorted(tasks.items(), key=lambda item: -sum(item[1]))))
+        unfinished = Counter(r[0][:90] for r in probe.db.execute(
+            "SELECT status || ': ' || status_reason FROM jobs_trainingjob WHERE name LIKE 'backlog%' AND status <> 'Completed'").fetchall())
+        for reason, count in unfinished.most_common(5):
+            print(f"  not completed: {count} × {reason}")
         if killed:
             times = list(declared.values())
             print(f"  killed {len(killed)} nodes: {len(times)} declared Lost, after {percentile(times, 50):.1f} s median, "
@@ -513,9 +580,9 @@ async def run(args) -> None:
         for profiler in profilers:
             profiler.wait()
     sampler.cancel()
-    print("timeline (s, connected, Lost, GPUs busy %, heartbeat lag p99 s, jobs waiting):")
-    for t, connected, lost, busy_pct, lag, waiting in probe.timeline[:: max(1, len(probe.timeline) // 40)]:
-        print(f"  {t:6.0f} {connected:6d} {lost:5d} {busy_pct:6.1f} {lag:8.2f} {waiting:6d}")
+    print("timeline (s, connected, Lost, GPUs held %, heartbeat lag p99 s, jobs waiting, GPUs running a command %):")
+    for t, connected, lost, busy_pct, lag, waiting, running_pct in probe.timeline[:: max(1, len(probe.timeline) // 40)]:
+        print(f"  {t:6.0f} {connected:6d} {lost:5d} {busy_pct:6.1f} {lag:8.2f} {waiting:6d} {running_pct:6.1f}")
     for agent in agents:
         agent.kill()
     await asyncio.sleep(0.5)
