@@ -43,6 +43,22 @@ def stream_text(job_id: int, stream: str) -> list[str]:
     return list(LogLine.objects.filter(job_id=job_id, stream=stream).order_by("attempt", "seq").values_list("text", flat=True))
 
 
+def _tcp_connections(pid: int) -> list:
+    """The TCP connections of a process and its children; a child that exits meanwhile (a job's
+    `sleep 1` under the agent) has none."""
+    connections = []
+    try:
+        procs = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+    for proc in procs:
+        try:
+            connections += proc.net_connections(kind="tcp")
+        except psutil.NoSuchProcess:
+            continue
+    return connections
+
+
 class DatabaseGate:
     """Makes the test database refuse the console's connections (and drops the open ones), as a
     PostgreSQL outage looks to the console; the test's own connection stays."""
@@ -60,10 +76,7 @@ class DatabaseGate:
     def close(self, pids: list[int]) -> None:
         """Refuse new connections, and drop the open ones of these processes (the console's) only:
         the test process's own connections, in any thread, stay usable."""
-        ports = [
-            c.laddr.port for pid in pids for proc in [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
-            for c in proc.net_connections(kind="tcp") if c.raddr and c.raddr.port == int(self.admin["port"])
-        ]
+        ports = [c.laddr.port for pid in pids for c in _tcp_connections(pid) if c.raddr and c.raddr.port == int(self.admin["port"])]
         self._run(
             (f'ALTER DATABASE "{self.name}" ALLOW_CONNECTIONS false', []),
             ("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND client_port = ANY(%s)", [self.name, ports]),
