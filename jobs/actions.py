@@ -100,45 +100,34 @@ def _locked(job_id: int) -> TrainingJob:
     return TrainingJob.objects.select_for_update().get(pk=job_id)
 
 
-def _holds(job_id: int, locked: TrainingJob | None) -> bool:
-    """The caller passed the job row its own transaction locked (an agent's report is hot: the
-    row is not read again, and no savepoint is needed: nothing is written before the check)."""
-    return locked is not None and locked.pk == job_id and transaction.get_connection().in_atomic_block
-
-
-def transition(job_id: int, new_status: str, reason: str = "", locked: TrainingJob | None = None) -> TrainingJob:
-    """Move a job to `new_status`; raises IllegalTransition when the table forbids it. `locked`:
-    the job as the caller's transaction locked it."""
-    if locked is not None and _holds(job_id, locked):
-        check_transition(locked.status, new_status)
-        _record(locked, new_status, reason)
-        return locked
-    return _transition(job_id, new_status, reason)
+def _move(job: TrainingJob, new_status: str, reason: str, fields: Mapping[str, FieldValue] | None = None) -> TrainingJob:
+    check_transition(job.status, new_status)
+    _record(job, new_status, reason, fields)
+    return job
 
 
 @transaction.atomic
-def _transition(job_id: int, new_status: str, reason: str) -> TrainingJob:
-    job = _locked(job_id)
-    check_transition(job.status, new_status)
-    _record(job, new_status, reason)
-    return job
+def _lock_and_move(job_id: int, new_status: str, reason: str, fields: Mapping[str, FieldValue] | None = None) -> TrainingJob:
+    return _move(_locked(job_id), new_status, reason, fields)
+
+
+def _moved(job_id: int, locked: TrainingJob | None, new_status: str, reason: str,
+           fields: Mapping[str, FieldValue] | None = None) -> TrainingJob:
+    """`locked`: the job row the caller's transaction locked (an agent's report is hot): it is
+    not read again, and no savepoint is needed (nothing is written before the check)."""
+    if locked is not None and locked.pk == job_id and transaction.get_connection().in_atomic_block:
+        return _move(locked, new_status, reason, fields)
+    return _lock_and_move(job_id, new_status, reason, fields)
+
+
+def transition(job_id: int, new_status: str, reason: str = "", locked: TrainingJob | None = None) -> TrainingJob:
+    """Move a job to `new_status`; raises IllegalTransition when the table forbids it."""
+    return _moved(job_id, locked, new_status, reason)
 
 
 def complete_job(job_id: int, reason: str, result_url: str, locked: TrainingJob | None = None) -> TrainingJob:
     """Every node's command succeeded: Completed, with where its OUTPUT_DIR was uploaded."""
-    if locked is not None and _holds(job_id, locked):
-        check_transition(locked.status, JobStatus.COMPLETED)
-        _record(locked, JobStatus.COMPLETED, reason, {"result_url": result_url[:1024]})
-        return locked
-    return _complete_job(job_id, reason, result_url)
-
-
-@transaction.atomic
-def _complete_job(job_id: int, reason: str, result_url: str) -> TrainingJob:
-    job = _locked(job_id)
-    check_transition(job.status, JobStatus.COMPLETED)
-    _record(job, JobStatus.COMPLETED, reason, {"result_url": result_url[:1024]})
-    return job
+    return _moved(job_id, locked, JobStatus.COMPLETED, reason, {"result_url": result_url[:1024]})
 
 
 @transaction.atomic
