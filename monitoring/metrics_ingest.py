@@ -112,8 +112,13 @@ def forget_cached_series() -> None:
 
 
 def _series_ids_for(node: str, samples: Iterable[Sample]) -> dict[str, int]:
+    """Series id of each sample's key, creating the missing series.
+
+    The answer is built locally: the shared cache may be cleared at any moment by another
+    agent thread (retention's retry) or by its own size cap, and must not lose a key mid-batch."""
     wanted = {s.key(node): s for s in samples}
-    missing = [key for key in wanted if key not in _series_ids]
+    ids = {key: _series_ids[key] for key in wanted if key in _series_ids}
+    missing = [key for key in wanted if key not in ids]
     if missing:
         rows = [wanted[key] for key in missing]
         if connection.vendor == "postgresql":
@@ -128,10 +133,15 @@ def _series_ids_for(node: str, samples: Iterable[Sample]) -> dict[str, int]:
                              gpu=s.gpu, stream=s.stream)
                 for key, s in zip(missing, rows, strict=True)
             ], ignore_conflicts=True)
-        if len(_series_ids) > MAX_SERIES_CACHE:
+        found = dict(MetricSeries.objects.filter(key__in=missing).values_list("key", "id"))
+        if len(found) < len(missing):
+            # deleted by retention between the insert and the read: store_samples tries again
+            raise IntegrityError("a metric series was removed while its samples were stored")
+        if len(_series_ids) + len(found) > MAX_SERIES_CACHE:
             _series_ids.clear()
-        _series_ids.update(MetricSeries.objects.filter(key__in=missing).values_list("key", "id"))
-    return {key: _series_ids[key] for key in wanted}
+        _series_ids.update(found)
+        ids.update(found)
+    return ids
 
 
 _SERIES_SQL = f"""
