@@ -93,6 +93,10 @@ CHANNEL_LAYERS = {
             "hosts": [{"address": REDIS_URL, "socket_timeout": 30,
                        "max_connections": env_int("CHANNEL_LAYER_MAX_CONNECTIONS", 1000, minimum=64)}],
             "prefix": env_str("CHANNELS_PREFIX", "simpleai"),
+            # every socket of one console process shares one Redis queue and this bound: a
+            # scheduler run pushes the desired state of hundreds of nodes at once, and what goes
+            # over it is dropped (channels_redis' default, 100, dropped pushes to a fleet)
+            "capacity": env_int("CHANNEL_LAYER_CAPACITY", 20_000, minimum=100),
         },
     }
 }
