@@ -223,8 +223,15 @@ class AgentConsumer(ProtocolConsumer):
             await self.superseded()
 
     async def node_lost(self, event: dict) -> None:
+        await self.declared_lost()
+
+    async def declared_lost(self) -> None:
         """The watchdog declared this node Lost while this connection was open (its heartbeats
-        came too late): it must register again, or it would stay disconnected in the registry."""
+        came too late): it must register again, or it would stay disconnected in the registry.
+        Told by the watchdog's event, or by the heartbeat book (the event may be dropped)."""
+        if not self.accepting:
+            return  # told already
+        self.accepting = False
         await self.send_json(protocol.Error(
             type="error", message="the console declared this node Lost (no heartbeat arrived within the grace); connect again",
         ))

@@ -2,7 +2,9 @@
 
 A heartbeat only updates this process's in-memory book; every FLUSH_SECONDS the book is written
 in one statement (jobs.nodes.registry.record_heartbeats), which also records that the console is
-listening (the watchdog's proof that a silence was the node's, not the console's). The time a
+listening (the watchdog's proof that a silence was the node's, not the console's). A connection
+whose node was declared Lost meanwhile (its row says disconnected) is told to connect again, as
+one whose node a newer connection took over is closed: neither relies on a Redis event arriving. The time a
 node counts from is when the agent *sent* its newest processed heartbeat, corrected by the clock
 offset measured at its hello: a backlog in the console cannot make a dead node look alive.
 
@@ -41,6 +43,8 @@ class AgentConnection(Protocol):
 
     async def superseded(self) -> None: ...
 
+    async def declared_lost(self) -> None: ...
+
     async def send_desired(self) -> None: ...
 
 
@@ -75,16 +79,18 @@ class HeartbeatBook:
     async def flush(self) -> None:
         beats, self.pending = self.pending, {}
         try:
-            replaced = await on_thread(BOOK_THREAD, registry.record_heartbeats)(list(beats.values()))
+            flushed = await on_thread(BOOK_THREAD, registry.record_heartbeats)(list(beats.values()))
         except Exception:
             log.warning("could not record %d heartbeat(s); keeping them for the next flush", len(beats), exc_info=True)
-            for node_id, beat in beats.items():
-                self.pending.setdefault(node_id, beat)  # a newer beat that arrived meanwhile wins
-            return
-        for node_id in replaced:
-            connection = self.connections.get((node_id, beats[node_id].session))
-            if connection is not None:
-                await connection.superseded()
+            flushed = registry.Flushed(busy=frozenset(beats))
+        for node_id in flushed.busy:
+            self.pending.setdefault(node_id, beats[node_id])  # a newer beat that arrived meanwhile wins
+        for node_ids, tell in ((flushed.replaced, "superseded"), (flushed.declared_lost, "declared_lost")):
+            for node_id in node_ids:
+                connection = self.connections.get((node_id, beats[node_id].session))
+                if connection is not None:
+                    # level-triggered: the Redis event that says so may have been dropped
+                    await getattr(connection, tell)()
 
     async def check_desired(self) -> None:
         """Send again the desired state of connections that missed a change (see the module)."""

@@ -97,30 +97,56 @@ class Beat:
     sent_at: datetime  # when the agent sent it, on the console's clock
 
 
-def record_heartbeats(beats: list[Beat], now: datetime | None = None) -> set[int]:
-    """Store processed heartbeats in one statement, and that the console is listening.
+@dataclass(frozen=True)
+class Flushed:
+    """What a flush of heartbeats found, node by node."""
 
-    Returns the ids of nodes whose beat came from an older session (a newer connection of the
-    node replaced it): their connection must close.
+    replaced: frozenset[int] = frozenset()  # a newer connection of the node took over: close this one
+    declared_lost: frozenset[int] = frozenset()  # the node's row says disconnected (declared Lost): connect again
+    busy: frozenset[int] = frozenset()  # another transaction holds the node's row: try at the next flush
+
+
+def record_heartbeats(beats: list[Beat], now: datetime | None = None) -> Flushed:
+    """Store processed heartbeats in one statement, then that the console is listening.
+
+    One transaction, listening last: the watchdog must never read "the console listens" while
+    the beats it processed are not written. A node row another transaction holds (the watchdog
+    declaring it, a hello) is skipped rather than waited for: one locked row must not hold up
+    the whole fleet's beats (its beat is written at the next flush).
     """
     now = now or timezone.now()
-    with connection.cursor() as cursor:
+    found: dict[int, tuple[int, bool, bool]] = {}
+    with transaction.atomic(), connection.cursor() as cursor:
+        if beats:
+            cursor.execute(_HEARTBEATS_SQL, [
+                [b.node_id for b in beats], [b.session for b in beats], [b.sent_at for b in beats], now,
+            ])
+            found = {node_id: (session, connected, written) for node_id, session, connected, written in cursor.fetchall()}
         cursor.execute(_LISTENING_SQL, [now, now, now - LISTEN_GAP])
-        if not beats:
-            return set()
-        cursor.execute(_HEARTBEATS_SQL, [now, [b.node_id for b in beats], [b.session for b in beats], [b.sent_at for b in beats]])
-        current = {row[0] for row in cursor.fetchall()}
-    return {b.node_id for b in beats} - current
+    return Flushed(
+        replaced=frozenset(b.node_id for b in beats if b.node_id in found and not found[b.node_id][2]),
+        declared_lost=frozenset(b.node_id for b in beats if b.node_id in found and found[b.node_id][2]
+                                and not found[b.node_id][1]),
+        busy=frozenset(b.node_id for b in beats if b.node_id not in found),
+    )
 
 
 # GREATEST skips NULL: the first beat after an upgrade sets last_sent_at. `connected` is the
-# connection's (hello sets it, the disconnect clears it): a beat written late must not revive it
+# connection's (hello sets it, the disconnect and the watchdog clear it): a beat written late
+# must not revive it. A beat of an older session writes nothing (a newer connection took over).
 _HEARTBEATS_SQL = f"""
-    UPDATE {Node._meta.db_table} AS n
-    SET last_heartbeat_at = %s, last_sent_at = GREATEST(b.sent_at, n.last_sent_at), lost = FALSE
-    FROM unnest(%s::bigint[], %s::bigint[], %s::timestamptz[]) AS b(node_id, session, sent_at)
-    WHERE n.id = b.node_id AND n.session = b.session
-    RETURNING n.id
+    WITH b AS (SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::timestamptz[]) AS b(node_id, session, sent_at)),
+    free AS (
+        SELECT n.id, n.session, n.connected FROM {Node._meta.db_table} AS n
+        WHERE n.id IN (SELECT node_id FROM b) ORDER BY n.id FOR NO KEY UPDATE SKIP LOCKED
+    ),
+    written AS (
+        UPDATE {Node._meta.db_table} AS n
+        SET last_heartbeat_at = %s, last_sent_at = GREATEST(b.sent_at, n.last_sent_at), lost = FALSE
+        FROM b, free WHERE n.id = b.node_id AND n.id = free.id AND n.session = b.session
+        RETURNING n.id
+    )
+    SELECT free.id, free.session, free.connected, written.id IS NOT NULL FROM free LEFT JOIN written ON written.id = free.id
 """
 _LISTENING_SQL = f"""
     INSERT INTO {ConsoleListening._meta.db_table} (id, alive_at, listening_since) VALUES (1, %s, %s)
@@ -234,15 +260,15 @@ def watch_heartbeats(now: datetime | None = None) -> list[str]:
     if listening is None or listening.alive_at < now - LISTEN_GAP or listening.listening_since > now - grace:
         return []
     cutoff = now - grace
-    stale = Node.objects.filter(lost=False).filter(
-        Q(last_sent_at__lt=cutoff) | Q(last_sent_at__isnull=True, last_heartbeat_at__lt=cutoff)
+    silent = Q(last_sent_at__lt=cutoff) | Q(last_sent_at__isnull=True, last_heartbeat_at__lt=cutoff) \
         | Q(last_sent_at__isnull=True, last_heartbeat_at__isnull=True)
-    )
     names = []
-    for node in stale:
+    for node in Node.objects.filter(silent, lost=False):
         with transaction.atomic():
-            if not Node.objects.filter(pk=node.pk, lost=False).update(lost=True, connected=False):
-                continue  # another watchdog run won
+            # asked again as the node is declared: this run may have waited a while behind row
+            # locks since it listed the node, and a heartbeat written meanwhile is proof of life
+            if not Node.objects.filter(silent, pk=node.pk, lost=False).update(lost=True, connected=False):
+                continue  # it beat meanwhile, or another watchdog run won
             names.append(node.name)
             for placement in Placement.objects.filter(node=node, state__in=HOLDING_STATES).select_related("attempt"):
                 _placement_lost(placement, node)
