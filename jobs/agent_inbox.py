@@ -71,22 +71,39 @@ def store_message(node_id: int, message: dict) -> None:
         raise ValueError(f"not a stored message: {kind!r}")
 
 
+def subsumes(first: dict, second: dict) -> bool:
+    """`second` leaves the rows exactly as storing `first` and then `second` would: a placement's
+    `preparing` report followed by its `running` (the placement runs, started when first
+    stored). A backlog brings the two together; one transaction stores them."""
+    return (
+        first["type"] == second["type"] == "attempt" and first["state"] == "preparing" and second["state"] == "running"
+        and all(first[field] == second[field] for field in ("job_id", "attempt", "role"))
+    )
+
+
 def store_messages(node_id: int, messages: list[dict], sender: str = "") -> list[Outcome]:
-    """Store `messages` in order; one outcome each, up to an outage (the rest wait for a resend)."""
+    """Store `messages` in order; one outcome each, up to an outage (the rest wait for a resend).
+    A message the next one subsumes shares its outcome (it would have been refused alike)."""
     outcomes: list[Outcome] = []
-    for message in messages:
-        try:
-            call_with_retries(store_message, node_id, message)
-        except RefusedWrite as refused:
-            outcomes.append(Outcome(False, refusal=str(refused)))
-        except OUTAGE_ERRORS:
-            outcomes.append(OUTAGE)
+    index = 0
+    while index < len(messages):
+        covered = 2 if index + 1 < len(messages) and subsumes(messages[index], messages[index + 1]) else 1
+        outcome = _store_one(node_id, messages[index + covered - 1], sender)
+        outcomes.extend([outcome] * covered)
+        if outcome.outage:
             break
-        except Exception as exc:  # a message this console cannot store must not jam the sender
-            log.exception("could not handle a %s message of %s", message.get("type"), sender or f"node {node_id}")
-            outcomes.append(
-                Outcome(False, refusal=f"the console could not store this message ({type(exc).__name__}: {exc})")
-            )
-        else:
-            outcomes.append(STORED)
+        index += covered
     return outcomes
+
+
+def _store_one(node_id: int, message: dict, sender: str) -> Outcome:
+    try:
+        call_with_retries(store_message, node_id, message)
+    except RefusedWrite as refused:
+        return Outcome(False, refusal=str(refused))
+    except OUTAGE_ERRORS:
+        return OUTAGE
+    except Exception as exc:  # a message this console cannot store must not jam the sender
+        log.exception("could not handle a %s message of %s", message.get("type"), sender or f"node {node_id}")
+        return Outcome(False, refusal=f"the console could not store this message ({type(exc).__name__}: {exc})")
+    return STORED
