@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from nodeagent import protocol
 
 from .choices import FRAMEWORK_VERSIONS, Framework
-from .models import TrainingEnvironment, TrainingJob
+from .models import TrainingEnvironment
 
 
 def offered_versions() -> dict[str, list[str]]:
@@ -45,20 +45,29 @@ def spec_for(environment: TrainingEnvironment) -> protocol.TrainingEnvironment:
     )
 
 
-def add_environments(placements: list[protocol.Placement]) -> list[protocol.Placement]:
-    """Each placement gets its job's training environment (absent when none matches any more)."""
-    jobs = dict(TrainingJob.objects.filter(pk__in={p["job_id"] for p in placements})
-                .values_list("pk", "framework").order_by())
-    versions = dict(TrainingJob.objects.filter(pk__in=jobs).values_list("pk", "framework_version").order_by())
-    environments = {
-        (e.framework, e.version): e
-        for e in TrainingEnvironment.objects.filter(framework__in=set(jobs.values()), version__in=set(versions.values()))
-    }
+def add_environments(placements: list[protocol.Placement], chosen: dict[int, tuple[str, str]]) -> list[protocol.Placement]:
+    """Each placement gets its job's training environment (absent when none matches any more);
+    `chosen`: job id → (framework, version), as the caller read the jobs.
+
+    Read for every desired state a node is sent: one query for the matching rows' ids and
+    change times; their parsed specs are kept while a row is unchanged."""
+    pairs = set(chosen.values())
+    rows = TrainingEnvironment.objects.filter(
+        framework__in={framework for framework, _ in pairs}, version__in={version for _, version in pairs},
+    ).values_list("pk", "framework", "version", "updated_at")
+    current = {(framework, version): (pk, updated_at) for pk, framework, version, updated_at in rows}
+    stale = [pk for pk, updated_at in current.values() if _specs.get(pk, (None,))[0] != updated_at]
+    if stale:
+        for environment in TrainingEnvironment.objects.filter(pk__in=stale):
+            _specs[environment.pk] = (environment.updated_at, spec_for(environment))
     for placement in placements:
-        environment = environments.get((jobs.get(placement["job_id"]), versions.get(placement["job_id"])))
-        if environment is not None:
-            placement["environment"] = spec_for(environment)
+        found = current.get(chosen.get(placement["job_id"], ("", "")))
+        if found is not None and found[0] in _specs:
+            placement["environment"] = _specs[found[0]][1]
     return placements
+
+
+_specs: dict[int, tuple[object, protocol.TrainingEnvironment]] = {}  # environment id → (updated_at, spec)
 
 
 def _version_key(version: str) -> tuple:
