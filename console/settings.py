@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from django.core.exceptions import ImproperlyConfigured
+
 from .env import database_from_url, env_bool, env_int, env_list, env_secret, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -174,6 +176,13 @@ JOBS_PAGE_SIZE = env_int("JOBS_PAGE_SIZE", 20, minimum=1)
 
 # Nodes: a node without a heartbeat for this long is Lost; agents beat every few seconds.
 NODE_LOST_AFTER_SECONDS = env_int("NODE_LOST_AFTER_SECONDS", 30, minimum=5)
+# how often agents beat (the console tells them in its welcome): each beat costs the console
+# ~0.6 ms of CPU, so a fleet of 1,000 at 3 s took a fifth of a core; at least 3 per grace
+NODE_HEARTBEAT_SECONDS = env_int("NODE_HEARTBEAT_SECONDS", 5, minimum=1)
+if NODE_HEARTBEAT_SECONDS * 3 > NODE_LOST_AFTER_SECONDS:
+    raise ImproperlyConfigured(
+        f"NODE_HEARTBEAT_SECONDS={NODE_HEARTBEAT_SECONDS} leaves fewer than 3 beats in NODE_LOST_AFTER_SECONDS={NODE_LOST_AFTER_SECONDS}"
+    )
 # an agent cut off from the console keeps its jobs running this long before it stops them
 # (jobs.nodes.registry.fence_after_seconds): outages of the console or its stores up to it cost nothing
 NODE_FENCE_AFTER_SECONDS = env_int("NODE_FENCE_AFTER_SECONDS", 300, minimum=10)
@@ -184,6 +193,11 @@ SCHEDULER_TICK_SECONDS = env_int("SCHEDULER_TICK_SECONDS", 5, minimum=1)
 # a scheduler run starts at least this long after the previous one ended (milliseconds): a
 # burst of events meanwhile (a fleet finishing jobs) is one run that sees them all, not one each
 SCHEDULER_MIN_GAP_MS = env_int("SCHEDULER_MIN_GAP_MS", 500, minimum=0)
+# threads of a console process that store agents' messages (each node's in order): more would
+# take the GIL from the event loop that reads every socket, and add no database throughput
+AGENT_STORE_THREADS = env_int("AGENT_STORE_THREADS", 3, minimum=1)
+# how long a console thread may hold the GIL while another waits (sys.setswitchinterval)
+CONSOLE_GIL_SWITCH_MS = float(env_str("CONSOLE_GIL_SWITCH_MS", "0.5"))
 # how often the watchdog looks for nodes past their grace (one indexed query)
 NODE_WATCH_SECONDS = env_int("NODE_WATCH_SECONDS", 2, minimum=1)
 

@@ -14,8 +14,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 
-from asgiref.sync import sync_to_async
+from django.conf import settings
 from redis.exceptions import RedisError
 
 from nodeagent import protocol
@@ -34,8 +35,15 @@ RESYNC_AFTER_DISAGREEMENTS = 3
 REJOIN_EVERY_HEARTBEATS = 5
 # stored messages handed to the pool in one trip (a reconnecting agent resends thousands)
 MAX_BATCH = 64
-# the per-message retries are inside (jobs.agent_inbox), so not agent_db's
-_store_on_pool = sync_to_async(agent_inbox.store_messages, thread_sensitive=False)
+# a few threads of their own (AGENT_STORE_THREADS): the per-message retries are inside
+# (jobs.agent_inbox), and hellos and desired-state reads do not queue behind a backlog of them
+STORE_THREADS = ThreadPoolExecutor(settings.AGENT_STORE_THREADS, thread_name_prefix="agent-store")
+
+
+async def _store_on_pool(node_id: int, messages: list[dict], sender: str) -> list[agent_inbox.Outcome]:
+    return await asyncio.get_running_loop().run_in_executor(
+        STORE_THREADS, agent_inbox.store_messages, node_id, messages, sender,
+    )
 
 
 class AgentConsumer(ProtocolConsumer):
@@ -132,25 +140,25 @@ class AgentConsumer(ProtocolConsumer):
 
     async def _hello(self, hello: protocol.Hello) -> None:
         try:
-            node = await agent_db(registry.register)(self.token, hello["node"])
+            started = await agent_db(registry.start_session)(self.token, hello)
         except registry.AgentRefused as refused:
             await self.refuse(str(refused))
             return
+        node = started.node
         self.node_id, self.session = node.pk, node.session
-        gone = await agent_db(registry.forget_unknown_placements)(node.pk, hello.get("running") or [], hello.get("ended") or [])
-        if gone:
-            log.warning("node %s came back without %s: treated as lost", node.name, ", ".join(gone))
+        if started.gone:
+            log.warning("node %s came back without %s: treated as lost", node.name, ", ".join(started.gone))
         if hello.get("sent_at") is not None:
             self.clock_offset = time.time() - float(hello["sent_at"])
         BOOK.ensure_running()
         BOOK.watch(node.pk, node.session, self)
         await self._join_group(announce=True)
         await self.send_json(protocol.Welcome(
-            type="welcome", node_id=node.pk, heartbeat_interval=protocol.HEARTBEAT_INTERVAL,
-            object_storage=await agent_db(registry.object_storage_settings)(),
+            type="welcome", node_id=node.pk, heartbeat_interval=float(settings.NODE_HEARTBEAT_SECONDS),
+            object_storage=started.object_storage,
             fence_after_seconds=registry.fence_after_seconds(),
         ))
-        await self.send_desired()
+        self.want_desired()  # aside: the heartbeats behind this hello are read meanwhile
 
     async def _join_group(self, announce: bool = False) -> None:
         """Join the node's group (pushed desired-state changes); first tell an older connection

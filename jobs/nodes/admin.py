@@ -145,9 +145,9 @@ class RejectedAgentMessageAdmin(admin.ModelAdmin):
 class ConsoleListeningAdmin(admin.ModelAdmin):
     """Since when the console has processed heartbeats without a gap (the watchdog's proof)."""
 
-    list_display = ["listening_since", "alive_at"]
+    list_display = ["listening_since", "alive_at", "read_lag_seconds"]
     search_fields = ["listening_since"]
-    readonly_fields = ["listening_since", "alive_at"]
+    readonly_fields = ["listening_since", "alive_at", "read_lag_seconds", "read_lag_at"]
 
     def has_add_permission(self, request) -> bool:
         return False

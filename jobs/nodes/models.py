@@ -147,6 +147,10 @@ class ConsoleListening(models.Model):
 
     alive_at = models.DateTimeField()
     listening_since = models.DateTimeField()
+    # how late the console read the heartbeats it wrote (the worst of a flush, kept for
+    # LISTEN_GAP): a console that far behind gives every node that much longer before Lost
+    read_lag_seconds = models.FloatField(default=0.0)
+    read_lag_at = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
         return f"listening since {self.listening_since:%Y-%m-%d %H:%M:%S}, last at {self.alive_at:%H:%M:%S}"

@@ -122,7 +122,9 @@ def record_heartbeats(beats: list[Beat], now: datetime | None = None) -> Flushed
                 [b.node_id for b in beats], [b.session for b in beats], [b.sent_at for b in beats], now,
             ])
             found = {node_id: (session, connected, written) for node_id, session, connected, written in cursor.fetchall()}
-        cursor.execute(_LISTENING_SQL, [now, now, now - LISTEN_GAP])
+        written = [b for b in beats if b.node_id in found and found[b.node_id][2]]
+        lag = max([(now - b.sent_at).total_seconds() for b in written], default=0.0)
+        cursor.execute(_LISTENING_SQL, [now, now, max(0.0, lag), now, now - LISTEN_GAP, now - LISTEN_GAP, now - LISTEN_GAP])
     return Flushed(
         replaced=frozenset(b.node_id for b in beats if b.node_id in found and not found[b.node_id][2]),
         declared_lost=frozenset(b.node_id for b in beats if b.node_id in found and found[b.node_id][2]
@@ -148,12 +150,19 @@ _HEARTBEATS_SQL = f"""
     )
     SELECT free.id, free.session, free.connected, written.id IS NOT NULL FROM free LEFT JOIN written ON written.id = free.id
 """
+_T = ConsoleListening._meta.db_table
+# the read lag kept is the worst of the last LISTEN_GAP (several console processes write it)
 _LISTENING_SQL = f"""
-    INSERT INTO {ConsoleListening._meta.db_table} (id, alive_at, listening_since) VALUES (1, %s, %s)
+    INSERT INTO {_T} (id, alive_at, listening_since, read_lag_seconds, read_lag_at) VALUES (1, %s, %s, %s, %s)
     ON CONFLICT (id) DO UPDATE SET
-        listening_since = CASE WHEN {ConsoleListening._meta.db_table}.alive_at < %s
-                               THEN EXCLUDED.alive_at ELSE {ConsoleListening._meta.db_table}.listening_since END,
-        alive_at = EXCLUDED.alive_at
+        listening_since = CASE WHEN {_T}.alive_at < %s THEN EXCLUDED.alive_at ELSE {_T}.listening_since END,
+        alive_at = EXCLUDED.alive_at,
+        read_lag_seconds = CASE WHEN {_T}.read_lag_at IS NULL OR {_T}.read_lag_at < %s
+                                     OR EXCLUDED.read_lag_seconds >= {_T}.read_lag_seconds
+                                THEN EXCLUDED.read_lag_seconds ELSE {_T}.read_lag_seconds END,
+        read_lag_at = CASE WHEN {_T}.read_lag_at IS NULL OR {_T}.read_lag_at < %s
+                                OR EXCLUDED.read_lag_seconds >= {_T}.read_lag_seconds
+                           THEN EXCLUDED.read_lag_at ELSE {_T}.read_lag_at END
 """
 
 
@@ -211,7 +220,8 @@ def desired_placements(node_id: int) -> list[protocol.Placement]:
             env=checkpoint_environment(job),
         ))
     # the warm pool's hints (keep / reuse prepared files) and the job's training environment
-    return add_environments(policy.current().agent_hints(result))
+    chosen = {p.attempt.job_id: (p.attempt.job.framework, p.attempt.job.framework_version) for p in placements}
+    return add_environments(policy.current().agent_hints(result), chosen)
 
 
 def checkpoint_environment(job: TrainingJob) -> dict[str, str]:
@@ -259,7 +269,12 @@ def watch_heartbeats(now: datetime | None = None) -> list[str]:
     listening = ConsoleListening.objects.filter(pk=1).first()
     if listening is None or listening.alive_at < now - LISTEN_GAP or listening.listening_since > now - grace:
         return []
-    cutoff = now - grace
+    # a console reading heartbeats late (a backlog of its own) must not blame the nodes for it:
+    # each gets that much longer, at most another grace (a dead node is still declared)
+    allowance = timedelta(seconds=min(listening.read_lag_seconds, grace.total_seconds()))
+    if allowance > timedelta(seconds=5):
+        log.warning("the console reads heartbeats %.0f s late: nodes are given that much longer", allowance.total_seconds())
+    cutoff = now - grace - allowance
     silent = Q(last_sent_at__lt=cutoff) | Q(last_sent_at__isnull=True, last_heartbeat_at__lt=cutoff) \
         | Q(last_sent_at__isnull=True, last_heartbeat_at__isnull=True)
     names = []
@@ -282,6 +297,24 @@ def watch_heartbeats(now: datetime | None = None) -> list[str]:
         with transaction.atomic():
             _placement_lost(placement, placement.node)
     return names
+
+
+@dataclass(frozen=True)
+class Session:
+    """A node's new session, as its hello opened it."""
+
+    node: Node
+    gone: list[str]  # placements it came back without (treated as lost)
+    object_storage: protocol.ObjectStorage
+
+
+def start_session(token: NodeToken, hello: protocol.Hello) -> Session:
+    """Everything a hello asks of the database, in one trip to the agents' threads: behind a
+    fleet reconnecting, each trip waits its turn, and until the welcome the node's heartbeats
+    are not read (a hello that took 30 s got a live node declared Lost)."""
+    node = register(token, hello["node"])
+    gone = forget_unknown_placements(node.pk, hello.get("running") or [], hello.get("ended") or [])
+    return Session(node, gone, object_storage_settings())
 
 
 def forget_unknown_placements(node_id: int, running: list[protocol.RunningRef], ended: list[protocol.RunningRef] = ()) -> list[str]:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import logging
 
+from django.conf import settings
+
 from monitoring import ingest, metrics_ingest
 from nodeagent import protocol
 from nodeagent.protocol import stream_role
@@ -103,7 +105,7 @@ class SlurmStepConsumer(ProtocolConsumer):
         self.node_name, self.role = name, stream_role(self.run.nodes.index(name))
         self.sender = f"slurm node {name} (job {self.run.attempt.job_id})"
         await self.send_json(protocol.Welcome(
-            type="welcome", node_id=0, heartbeat_interval=protocol.HEARTBEAT_INTERVAL,
+            type="welcome", node_id=0, heartbeat_interval=float(settings.NODE_HEARTBEAT_SECONDS),
             object_storage=await agent_db(registry.object_storage_settings)(),
         ))
         await self._send_desired()

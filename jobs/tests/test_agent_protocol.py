@@ -106,6 +106,7 @@ async def test_hello_registers_the_node_and_its_gpus():
     socket, welcome = await connect_node("gpu-01")
     node = await sync_to_async(Node.objects.get)(name="gpu-01")
     assert welcome["node_id"] == node.pk
+    assert welcome["heartbeat_interval"] == settings.NODE_HEARTBEAT_SECONDS  # the console sets the pace
     assert node.connected and node.address == "10.0.0.5"
     assert await sync_to_async(node.gpus.count)() == 8
     assert await sync_to_async(node.status)() == "Ready"
@@ -327,3 +328,53 @@ async def test_a_slow_desired_state_read_does_not_hold_up_the_nodes_heartbeats(m
     release.set()
     assert (await socket.receive_json_from(timeout=10))["type"] == "desired"
     await socket.disconnect()
+
+
+@synced
+async def test_a_hello_is_answered_while_more_stored_messages_wait_than_the_console_has_threads():
+    """Reports stuck behind slow transactions (more than a console process has threads) take
+    only the threads that store messages: a node connecting meanwhile is still welcomed."""
+    stuck_nodes = [f"gpu-{n:02d}" for n in range(1, 10)]  # more than the loop's default pool (6)
+    sockets = [(await connect_node(name))[0] for name in stuck_nodes]
+
+    def place_each() -> list[int]:
+        from .factories import UserFactory
+
+        owner = UserFactory(username="alice")
+        job_ids = []
+        for name in stuck_nodes:
+            node = Node.objects.get(name=name)
+            job = actions.create_job(owner, job_fields(name=f"job-{name}"), [])
+            lifecycle.start_attempt(job.pk, [Assignment(node.pk, node.name, (0,))])
+            job_ids.append(job.pk)
+        return job_ids
+
+    job_ids = await sync_to_async(place_each)()
+    held, release = threading.Event(), threading.Event()
+
+    def hold_the_job_rows() -> None:  # slow transactions elsewhere: every report waits for them
+        with transaction.atomic():
+            list(TrainingJob.objects.select_for_update().filter(pk__in=job_ids))
+            held.set()
+            release.wait(20)
+        connection.close()
+
+    holder = threading.Thread(target=hold_the_job_rows)
+    holder.start()
+    assert held.wait(5)
+    try:
+        for socket, job_id in zip(sockets, job_ids, strict=True):
+            await socket.send_json_to({"type": "attempt", "msg_id": 1, "job_id": job_id, "attempt": 1, "role": "master",
+                                       "state": "preparing"})
+        await asyncio.sleep(0.5)  # each report waits for its row
+        _, token = await sync_to_async(NodeToken.mint)("gpu-late")
+        late = agent_socket(token)
+        assert (await late.connect())[0]
+        await late.send_json_to(hello("gpu-late"))
+        assert (await late.receive_json_from(timeout=8))["type"] == "welcome"
+        await late.disconnect()
+    finally:
+        release.set()
+        await sync_to_async(holder.join)()
+    for socket in sockets:
+        await socket.disconnect()

@@ -153,3 +153,32 @@ def test_a_node_whose_heartbeat_is_written_while_the_watchdog_waits_for_its_row_
     watchdog.join(10)
     assert declared == [[]]
     assert not Node.objects.get(pk=node.pk).lost
+
+
+def test_a_flush_records_how_late_the_console_read_the_beats_it_wrote():
+    slow, quick = make_node("gpu-01"), make_node("gpu-02")
+    now = timezone.now()
+    registry.record_heartbeats([
+        registry.Beat(slow.pk, slow.session, now - timedelta(seconds=12)),  # read 12 s after it was sent
+        registry.Beat(quick.pk, quick.session, now - timedelta(seconds=1)),
+    ], now)
+    assert ConsoleListening.objects.get(pk=1).read_lag_seconds == pytest.approx(12)
+    registry.record_heartbeats([registry.Beat(quick.pk, quick.session, now)], now + timedelta(seconds=2))
+    assert ConsoleListening.objects.get(pk=1).read_lag_seconds == pytest.approx(12)  # the worst of the last 10 s
+    registry.record_heartbeats([registry.Beat(quick.pk, quick.session, now + timedelta(seconds=20))], now + timedelta(seconds=21))
+    assert ConsoleListening.objects.get(pk=1).read_lag_seconds == pytest.approx(1)
+
+
+def test_a_console_reading_heartbeats_late_gives_every_node_that_much_longer_but_still_declares_the_dead(settings):
+    settings.NODE_LOST_AFTER_SECONDS = 30
+    now = timezone.now()
+    ConsoleListening.objects.update_or_create(pk=1, defaults={
+        "alive_at": now, "listening_since": now - timedelta(hours=1), "read_lag_seconds": 20, "read_lag_at": now,
+    })
+    behind, dead = make_node("gpu-01"), make_node("gpu-02")
+    Node.objects.filter(pk=behind.pk).update(last_sent_at=now - timedelta(seconds=45))  # its beats wait in the backlog
+    Node.objects.filter(pk=dead.pk).update(last_sent_at=now - timedelta(seconds=55))
+    assert registry.watch_heartbeats(now) == ["gpu-02"]
+    ConsoleListening.objects.filter(pk=1).update(read_lag_seconds=600)  # never more than another grace
+    Node.objects.filter(pk=behind.pk).update(last_sent_at=now - timedelta(seconds=61))
+    assert registry.watch_heartbeats(now) == ["gpu-01"]
