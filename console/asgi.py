@@ -2,7 +2,6 @@
 
 import asyncio
 import os
-import sys
 
 from django.core.asgi import get_asgi_application
 
@@ -11,11 +10,6 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
 django_asgi_app = get_asgi_application()
 
 from django.conf import settings  # noqa: E402
-
-# One event loop serves every socket and gives up the GIL at each read and write; behind agent
-# threads holding it for Python's default 5 ms each time, a loaded console completed handshakes
-# after 10 s and read heartbeats past the lost grace (a GIL convoy). 0.5 ms keeps the loop served.
-sys.setswitchinterval(settings.CONSOLE_GIL_SWITCH_MS / 1000)
 
 if settings.SERVE_STATIC:
     # a self-hosted console serves its own few static files; no separate web server needed

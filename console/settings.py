@@ -196,8 +196,6 @@ SCHEDULER_MIN_GAP_MS = env_int("SCHEDULER_MIN_GAP_MS", 500, minimum=0)
 # threads of a console process that store agents' messages (each node's in order): more would
 # take the GIL from the event loop that reads every socket, and add no database throughput
 AGENT_STORE_THREADS = env_int("AGENT_STORE_THREADS", 3, minimum=1)
-# how long a console thread may hold the GIL while another waits (sys.setswitchinterval)
-CONSOLE_GIL_SWITCH_MS = float(env_str("CONSOLE_GIL_SWITCH_MS", "0.5"))
 # how often the watchdog looks for nodes past their grace (one indexed query)
 NODE_WATCH_SECONDS = env_int("NODE_WATCH_SECONDS", 2, minimum=1)
 

@@ -185,10 +185,19 @@ class AgentConsumer(ProtocolConsumer):
         # the desired state is pushed when it changes; it is sent again only when the agent's
         # report keeps disagreeing with it (a push lost in a disconnect or a Redis outage)
         running = {protocol.placement_key(r["job_id"], r["attempt"], r["role"]) for r in beat.get("running") or []}
-        self.disagreements = self.disagreements + 1 if running != self.sent else 0
+        # while its reports wait to be stored, the node disagrees as it should (a placement it
+        # saw exit is still desired until its exit report is in): no resync, which under a
+        # backlog re-read every node's desired state every few beats for nothing
+        agrees = running == self.sent or self.reports_pending
+        self.disagreements = 0 if agrees else self.disagreements + 1
         if self.disagreements >= RESYNC_AFTER_DISAGREEMENTS:
             self.disagreements = 0
             self.want_desired()
+
+    @property
+    def reports_pending(self) -> bool:
+        """Messages of this node wait to be stored (their effect on its desired state is to come)."""
+        return bool(self.inbox) or (self.drainer is not None and not self.drainer.done())
 
     async def send_desired(self) -> None:
         self.desired_in_flight = True

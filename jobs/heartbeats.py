@@ -14,7 +14,9 @@ consumer's channel over capacity) is sent again within two flushes, whatever the
 The re-send runs as its own task: it reads the node's placements in the shared pool of agent
 messages, and the book's loop must never wait behind that pool's backlog (a flush stalled
 for minutes would stop the console's proof that it listens, and no killed node would be Lost).
-A connection whose send is in flight (a push being handled, or a re-send) is not sent again.
+A connection whose send is in flight (a push being handled, or a re-send) is not sent again, nor
+one whose own reports still wait to be stored (they change what it should run: under a backlog
+every node differs for a while, and re-reading them all fed the backlog).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ STALE_CHECKS = 2  # flushes in a row that find a connection's desired state out 
 class AgentConnection(Protocol):
     sent: frozenset[str]  # placement keys of the desired state it sent last
     desired_in_flight: bool  # a send of its desired state has begun and not ended
+    reports_pending: bool  # its messages wait to be stored: a difference is expected, not a lost push
 
     async def superseded(self) -> None: ...
 
@@ -103,7 +106,7 @@ class HeartbeatBook:
             log.warning("could not read the desired state of %d node(s)", len(watched), exc_info=True)
             return
         for key, connection in watched.items():
-            if connection.desired_in_flight or desired.get(key[0], frozenset()) == connection.sent:
+            if connection.desired_in_flight or connection.reports_pending or desired.get(key[0], frozenset()) == connection.sent:
                 self.stale.pop(key, None)
                 continue
             self.stale[key] = self.stale.get(key, 0) + 1

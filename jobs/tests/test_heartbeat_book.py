@@ -29,6 +29,7 @@ class FakeConnection:
         self.node_id, self.gate = node_id, gate
         self.sent: frozenset[str] = frozenset()
         self.desired_in_flight, self.resent = False, 0
+        self.reports_pending = False
 
     async def superseded(self) -> None:  # pragma: no cover - not part of these tests
         raise AssertionError("not superseded here")
@@ -70,6 +71,23 @@ def test_a_lost_desired_state_push_is_sent_again_within_two_flushes(alice):
     checks(book, 2)
     assert missed.resent == 1  # up to date now: nothing more is sent
     assert idle.resent == 0  # a node with nothing to run was told nothing new
+
+
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_a_node_whose_reports_wait_to_be_stored_is_not_sent_its_desired_state_again_until_they_are(alice):
+    """Under a backlog every node differs from its desired state for a while (a placement it saw
+    exit stays desired until its exit report is stored): re-sending them all fed the backlog."""
+    node = make_node("gpu-01")
+    job = actions.create_job(alice, job_fields(), [])
+    lifecycle.start_attempt(job.pk, [Assignment(node.pk, node.name, (0,))])
+    book, busy = HeartbeatBook(), FakeConnection(node.pk)
+    busy.reports_pending = True
+    book.watch(node.pk, 1, busy)
+    checks(book, 4)
+    assert busy.resent == 0
+    busy.reports_pending = False  # stored: a difference now is a push that got lost
+    checks(book, 2)
+    assert busy.resent == 1 and busy.sent == {f"{job.pk}/1/master"}
 
 
 @pytest.mark.django_db(transaction=True, serialized_rollback=True)

@@ -30,7 +30,7 @@ class Told:
     """An open connection in this console process, as the heartbeat book sees it."""
 
     sent: frozenset[str] = frozenset()
-    desired_in_flight = False
+    desired_in_flight = reports_pending = False
 
     def __init__(self) -> None:
         self.superseded_count = self.lost_count = 0
