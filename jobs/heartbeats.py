@@ -93,7 +93,10 @@ class HeartbeatBook:
                 connection = self.connections.get((node_id, beats[node_id].session))
                 if connection is not None:
                     # level-triggered: the Redis event that says so may have been dropped
-                    await getattr(connection, tell)()
+                    try:
+                        await getattr(connection, tell)()
+                    except Exception:  # its socket went meanwhile: the book must go on
+                        log.warning("could not close the connection of node %s", node_id, exc_info=True)
 
     async def check_desired(self) -> None:
         """Send again the desired state of connections that missed a change (see the module)."""

@@ -182,3 +182,20 @@ def test_a_console_reading_heartbeats_late_gives_every_node_that_much_longer_but
     ConsoleListening.objects.filter(pk=1).update(read_lag_seconds=600)  # never more than another grace
     Node.objects.filter(pk=behind.pk).update(last_sent_at=now - timedelta(seconds=61))
     assert registry.watch_heartbeats(now) == ["gpu-01"]
+
+
+def test_a_connection_that_fails_to_close_does_not_stop_the_book_telling_the_others():
+    first, second = make_node("gpu-01"), make_node("gpu-02")
+    Node.objects.update(lost=True, connected=False)
+
+    class Gone(Told):
+        async def declared_lost(self) -> None:
+            raise ConnectionError("the socket went meanwhile")
+
+    book, gone, other = HeartbeatBook(), Gone(), Told()
+    book.watch(first.pk, first.session, gone)
+    book.watch(second.pk, second.session, other)
+    for node in (first, second):
+        book.beat(node.pk, node.session, time.time())
+    flush(book)
+    assert other.lost_count == 1
