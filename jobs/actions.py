@@ -21,14 +21,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
 from . import bulk
 from .choices import ACTIVE_STATUSES, TERMINAL_STATUSES, JobStatus
-from .events import DELETED, JobFieldsEvent, JobReasonEvent, JobStatusEvent, batched, send_job_event
+from .events import DELETED, JobEvent, JobFieldsEvent, JobReasonEvent, JobStatusEvent, batched, send_job_event
 from .models import JobAttempt, JobStatusChange, JobTag, Node, NodeGPU, Placement, ServerType, TrainingJob
 from .models.attempts import HOLDING_STATES
 from .notify import schedule_on_commit, sync_nodes_on_commit
+from .placement_reports import Transition
 from .states import check_transition
 
 log = logging.getLogger(__name__)
@@ -100,34 +102,23 @@ def _locked(job_id: int) -> TrainingJob:
     return TrainingJob.objects.select_for_update().get(pk=job_id)
 
 
-def _move(job: TrainingJob, new_status: str, reason: str, fields: Mapping[str, FieldValue] | None = None) -> TrainingJob:
+@transaction.atomic
+def _lock_and_move(job_id: int, new_status: str, reason: str, fields: Mapping[str, FieldValue] | None = None) -> TrainingJob:
+    job = _locked(job_id)
     check_transition(job.status, new_status)
     _record(job, new_status, reason, fields)
     return job
 
 
-@transaction.atomic
-def _lock_and_move(job_id: int, new_status: str, reason: str, fields: Mapping[str, FieldValue] | None = None) -> TrainingJob:
-    return _move(_locked(job_id), new_status, reason, fields)
-
-
-def _moved(job_id: int, locked: TrainingJob | None, new_status: str, reason: str,
-           fields: Mapping[str, FieldValue] | None = None) -> TrainingJob:
-    """`locked`: the job row the caller's transaction locked (an agent's report is hot): it is
-    not read again, and no savepoint is needed (nothing is written before the check)."""
-    if locked is not None and locked.pk == job_id and transaction.get_connection().in_atomic_block:
-        return _move(locked, new_status, reason, fields)
-    return _lock_and_move(job_id, new_status, reason, fields)
-
-
-def transition(job_id: int, new_status: str, reason: str = "", locked: TrainingJob | None = None) -> TrainingJob:
+def transition(job_id: int, new_status: str, reason: str = "") -> TrainingJob:
     """Move a job to `new_status`; raises IllegalTransition when the table forbids it."""
-    return _moved(job_id, locked, new_status, reason)
+    return _lock_and_move(job_id, new_status, reason)
 
 
-def complete_job(job_id: int, reason: str, result_url: str, locked: TrainingJob | None = None) -> TrainingJob:
-    """Every node's command succeeded: Completed, with where its OUTPUT_DIR was uploaded."""
-    return _moved(job_id, locked, JobStatus.COMPLETED, reason, {"result_url": result_url[:1024]})
+def complete_job(job_id: int, reason: str, result_url: str) -> TrainingJob:
+    """Every node's command succeeded: Completed, with where its OUTPUT_DIR was uploaded (a
+    Slurm run's; agents' reports complete jobs in bulk: apply_transitions)."""
+    return _lock_and_move(job_id, JobStatus.COMPLETED, reason, {"result_url": result_url[:1024]})
 
 
 @transaction.atomic
@@ -195,6 +186,56 @@ def start_attempts(jobs: Sequence[TrainingJob], attempts: Mapping[int, int], rea
         _publish_status(job)
 
 
+def apply_transitions(moves: Mapping[TrainingJob, Sequence[Transition]]) -> None:
+    """Move jobs (locked by the caller) through their `moves`, in order, in one UPDATE for all,
+    with a history row for each step and its live events: the bulk path of agents' reports
+    (jobs.lifecycle.record_placements), where a batch starts and completes hundreds of jobs."""
+    if not moves:
+        return
+    now = timezone.now()
+    history: list[JobStatusChange] = []
+    stopping: list[int] = []
+    sent: list[tuple[int, int, JobEvent]] = []
+    at = now.isoformat()
+    for job, steps in moves.items():
+        for step in steps:
+            check_transition(job.status, step.status)
+            reason = step.reason[:500]
+            history.append(JobStatusChange(job=job, old_status=job.status, new_status=step.status, reason=reason))
+            if job.status in RUNNABLE and step.status not in RUNNABLE:
+                stopping.append(job.pk)  # its placements hold their GPUs only for the stop grace from now
+            job.status, job.status_reason = step.status, reason
+            sent.append((job.pk, job.owner_id, JobStatusEvent(type="job.status", job_id=job.pk, status=job.status, reason=reason, at=at)))
+            if step.result_url is not None:
+                job.result_url = step.result_url[:1024]
+                sent.append((job.pk, job.owner_id, JobFieldsEvent(
+                    type="job.fields", job_id=job.pk, fields={"result_url": job.result_url}, at=at)))
+    jobs = list(moves)
+    bulk.update_each(
+        TrainingJob, [job.pk for job in jobs],
+        {"status": ("text", [job.status for job in jobs]), "status_reason": ("text", [job.status_reason for job in jobs]),
+         "result_url": ("text", [job.result_url for job in jobs])},
+        same={"updated_at": now},
+    )
+    JobStatusChange.objects.bulk_create(history)
+    if stopping:
+        JobAttempt.objects.filter(job_id__in=stopping, number=F("job__current_attempt"), stop_requested_at__isnull=True).update(
+            stop_requested_at=now,
+        )
+    _send_on_commit(sent)
+
+
+def _send_on_commit(sent: list[tuple[int, int, JobEvent]]) -> None:
+    """Send many jobs' events after the commit, together (one hand-over, not one per event)."""
+    def send() -> None:
+        with batched():
+            for job_id, owner_id, event in sent:
+                send_job_event(job_id, owner_id, event)
+
+    if sent:
+        transaction.on_commit(send)
+
+
 def note_warm_starts(notes: Mapping[int, tuple[bool, str]]) -> None:
     """How jobs first started (warm or not, and why), for their pages: set once per job, in one
     UPDATE (the scheduler's bulk path)."""
@@ -230,12 +271,7 @@ def set_waiting_reasons(jobs: Mapping[TrainingJob, str]) -> int:
         for job_id, owner_id, status in changed
     ]
 
-    def send() -> None:
-        with batched():  # thousands of reasons: one send, not one event loop each
-            for job_id, owner_id, event in events:
-                send_job_event(job_id, owner_id, event)
-
-    transaction.on_commit(send)
+    _send_on_commit(events)  # thousands of reasons: one send, not one event loop each
     return len(changed)
 
 

@@ -10,7 +10,10 @@ one costs only itself), and says what became of each, so one cumulative `ack` co
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+from django.db import transaction
 
 from monitoring import ingest, metrics_ingest
 
@@ -18,9 +21,12 @@ from . import lifecycle
 from .agent_db import OUTAGE_ERRORS, call_with_retries
 from .agent_writes import RefusedWrite
 from .nodes import registry
+from .placement_reports import PlacementReport
 
 log = logging.getLogger(__name__)
 STORED_KINDS = frozenset({"logs", "attempt", "metrics", "fault", "checkpoint"})
+# what store_batches stores for many nodes in one transaction
+TOGETHER_KINDS = frozenset({"logs", "attempt"})
 
 
 @dataclass(frozen=True)
@@ -40,20 +46,8 @@ def store_message(node_id: int, message: dict) -> None:
     if kind == "logs":
         ingest.store_batch(message, node_id)
     elif kind == "attempt":
-        report = lifecycle.PlacementReport(
-            job_id=message["job_id"],
-            attempt=message["attempt"],
-            role=message["role"],
-            state=message["state"],
-            exit_code=message.get("exit_code"),
-            signal=message.get("signal"),
-            output_url=message.get("output_url", ""),
-            message=message.get("message", ""),
-            image_error=bool(message.get("image_error")),
-            failure=message.get("failure", ""),
-        )
-        if lifecycle.record_placement(report, node_id) == "stale":
-            log.info("ignored %s of superseded attempt %s/%s", message["state"], message["job_id"], message["attempt"])
+        if lifecycle.record_placement(_report(message), node_id) == "stale":
+            _ignored(message)
     elif kind == "metrics":
         metrics_ingest.store_metrics(node_id, message)
     elif kind == "fault":
@@ -69,6 +63,64 @@ def store_message(node_id: int, message: dict) -> None:
         )
     else:
         raise ValueError(f"not a stored message: {kind!r}")
+
+
+def _report(message: dict) -> PlacementReport:
+    return PlacementReport(
+        job_id=message["job_id"],
+        attempt=message["attempt"],
+        role=message["role"],
+        state=message["state"],
+        exit_code=message.get("exit_code"),
+        signal=message.get("signal"),
+        output_url=message.get("output_url", ""),
+        message=message.get("message", ""),
+        image_error=bool(message.get("image_error")),
+        failure=message.get("failure", ""),
+    )
+
+
+def _ignored(message: dict) -> None:
+    log.info("ignored %s of superseded attempt %s/%s", message["state"], message["job_id"], message["attempt"])
+
+
+def store_batches(batches: Sequence[tuple[int, list[dict], str]]) -> list[list[Outcome]]:
+    """Store several nodes' messages ((node id, its messages in order, sender)); the outcomes of
+    each node's, as store_messages gives them.
+
+    The nodes that sent only log lines and placement reports, the bulk of a busy fleet's
+    traffic, are stored together in one transaction of a few statements (a transaction per
+    message was what held a fleet back); any other node's messages, or all of them should that
+    transaction fail for a reason of its own, are stored one by one as before."""
+    outcomes: list[list[Outcome] | None] = [None] * len(batches)
+    together = [i for i, (_, messages, _) in enumerate(batches) if all(m["type"] in TOGETHER_KINDS for m in messages)]
+    if together:
+        try:
+            stored = call_with_retries(_store_together, [(batches[i][0], batches[i][1]) for i in together])
+        except OUTAGE_ERRORS:
+            stored = [[OUTAGE] for _ in together]  # the agents keep them and send them again
+        except Exception:
+            log.exception("could not store %d nodes' messages together; storing them one by one", len(together))
+            stored = [store_messages(*batches[i]) for i in together]
+        for i, node_outcomes in zip(together, stored, strict=True):
+            outcomes[i] = node_outcomes
+    return [found if found is not None else store_messages(*batches[i]) for i, found in enumerate(outcomes)]
+
+
+@transaction.atomic
+def _store_together(batches: list[tuple[int, list[dict]]]) -> list[list[Outcome]]:
+    lines = [(node_id, m) for node_id, messages in batches for m in messages if m["type"] == "logs"]
+    reports = [(node_id, m) for node_id, messages in batches for m in messages if m["type"] == "attempt"]
+    # every job these name is locked first, in one order (jobs.lifecycle.record_placements); the
+    # lines of a job whose last report ended its deletion go with it, as when stored before it
+    verdicts = lifecycle.record_placements([(node_id, _report(m)) for node_id, m in reports],
+                                           with_jobs={m["job_id"] for _, m in lines})
+    refused = dict(zip((id(m) for _, m in lines), ingest.store_batches(lines), strict=True))
+    for (_, m), verdict in zip(reports, verdicts, strict=True):
+        refused[id(m)] = verdict.reason if verdict.kind == "refused" else ""
+        if verdict.kind == "stale":
+            _ignored(m)
+    return [[Outcome(False, refusal=refused[id(m)]) if refused[id(m)] else STORED for m in messages] for _, messages in batches]
 
 
 def subsumes(first: dict, second: dict) -> bool:

@@ -10,10 +10,12 @@ dropped quietly (fencing: that is how a cut-off node's late messages look).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .models import Placement, TrainingJob
 from .objectstore import checkpoint_prefix
+from .placement_reports import foreign_placement
 
 
 class RefusedWrite(Exception):
@@ -28,22 +30,46 @@ class Target:
     current: bool  # the attempt is the job's current one: otherwise the write is stale
 
 
+WriteKey = tuple[int, int, int, str]  # (node, job, attempt, role)
+
+
 def placement_target(node_id: int, job_id: int, attempt: int, role: str) -> Target | None:
     """The node's placement of (job, attempt) in `role` (stale when the attempt is not current);
     None when the job is gone (deleted). Raises RefusedWrite for the current attempt of a job
     when this node holds no such placement: that is another node's job."""
-    current = (
-        Placement.objects.filter(node_id=node_id, attempt__job_id=job_id, attempt__number=attempt, role=role)
-        .values_list("attempt__job__current_attempt", flat=True).first()
-    )
-    if current is not None:
-        return Target(job_id, attempt, role, current == attempt)
-    current = TrainingJob.objects.filter(pk=job_id).values_list("current_attempt", flat=True).first()
-    if current is None:
-        return None
-    if current != attempt:
-        return Target(job_id, attempt, role, current=False)  # an attempt that moved on: dropped quietly
-    raise RefusedWrite(f"this node has no placement of job {job_id}, attempt {attempt}, as {role}")
+    key = (node_id, job_id, attempt, role)
+    target = placement_targets([key])[key]
+    if isinstance(target, str):
+        raise RefusedWrite(target)
+    return target
+
+
+def placement_targets(keys: Iterable[WriteKey]) -> dict[WriteKey, Target | None | str]:
+    """placement_target of many writes (several nodes' log batches) in two queries at most; a
+    refused write's value is the reason it is refused."""
+    wanted = set(keys)
+    found: dict[WriteKey, Target | None | str] = {}
+    if not wanted:
+        return found
+    rows = Placement.objects.filter(
+        node_id__in={key[0] for key in wanted}, attempt__job_id__in={key[1] for key in wanted},
+    ).values_list("node_id", "attempt__job_id", "attempt__number", "role", "attempt__job__current_attempt")
+    for node_id, job_id, attempt, role, current in rows:
+        if (node_id, job_id, attempt, role) in wanted:
+            found[(node_id, job_id, attempt, role)] = Target(job_id, attempt, role, current == attempt)
+    missing = wanted - found.keys()
+    currents = dict(TrainingJob.objects.filter(pk__in={key[1] for key in missing}).values_list("pk", "current_attempt")) \
+        if missing else {}
+    for key in missing:
+        _, job_id, attempt, role = key
+        current = currents.get(job_id)
+        if current is None:
+            found[key] = None
+        elif current != attempt:
+            found[key] = Target(job_id, attempt, role, current=False)  # an attempt that moved on: dropped quietly
+        else:
+            found[key] = foreign_placement(job_id, attempt, role)
+    return found
 
 
 def check_checkpoint_url(job_id: int, url: str) -> None:

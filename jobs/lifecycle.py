@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
 
 from django.db import transaction
 from django.db.models import F
@@ -17,11 +17,21 @@ from django.utils import timezone
 
 from nodeagent.protocol import stream_role
 
-from . import actions, agent_writes, console_log, failover
+from . import actions, agent_writes, bulk, console_log, failover
 from .choices import JobStatus
-from .models import JobAttempt, Node, Placement, PlacementState, TrainingJob
-from .models.attempts import HOLDING_STATES, AttemptKind
+from .models import JobAttempt, Node, Placement, TrainingJob
+from .models.attempts import AttemptKind
 from .notify import schedule_on_commit, sync_nodes_on_commit
+from .placement_reports import (
+    Applied,
+    FollowUp,
+    JobRow,
+    PlacementReport,
+    PlacementRow,
+    Transition,
+    Verdict,
+    apply_reports,
+)
 from .scheduling import Assignment, master_port
 
 log = logging.getLogger(__name__)
@@ -91,105 +101,155 @@ def start_attempt(job_id: int, assignments: Sequence[Assignment]) -> JobAttempt 
     return start_attempts({job_id: assignments}).get(job_id)
 
 
-@dataclass(frozen=True)
-class PlacementReport:
-    job_id: int
-    attempt: int
-    role: str
-    state: str
-    exit_code: int | None = None
-    signal: int | None = None
-    output_url: str = ""
-    message: str = ""
-    image_error: bool = False
-    failure: str = ""  # protocol.PREPARATION_FAILURES: the agent, not the command, failed
+def record_placement(report: PlacementReport, node_id: int | None) -> str:
+    """Apply one agent's report; returns "stale" when the attempt is no longer current (fenced)
+    or the placement ended. Raises agent_writes.RefusedWrite for a placement not this node's."""
+    verdict = record_placements([(node_id, report)])[0]
+    if verdict.kind == "refused":
+        raise agent_writes.RefusedWrite(verdict.reason)
+    return verdict.kind
 
 
 @transaction.atomic
-def record_placement(report: PlacementReport, node_id: int) -> str:
-    """Apply an agent's report; returns "stale" when the attempt is no longer current (fenced).
-    Raises agent_writes.RefusedWrite for a placement that is not this node's."""
-    job = TrainingJob.objects.select_for_update().filter(pk=report.job_id).first()
-    if job is None or job.current_attempt != report.attempt:
-        return "stale"
-    placement = (
-        Placement.objects.select_for_update()
-        .filter(attempt__job=job, attempt__number=report.attempt, role=report.role, node_id=node_id)
-        .first()
+def record_placements(items: Sequence[tuple[int | None, PlacementReport]], with_jobs: Iterable[int] = ()) -> list[Verdict]:
+    """Apply agents' reports ((sending node, report); each node's in the order it sent them), one
+    verdict each, in a constant number of statements however many jobs they touch: a fleet's
+    reports arrive hundreds at a time, and one transaction each was what held it back.
+
+    The jobs are locked in id order, with `with_jobs` (those the caller's transaction writes
+    rows of next, e.g. log lines: a row that references a job takes a lock on it, and two
+    batches that took theirs in another order deadlocked), then their current attempts'
+    placements. jobs.placement_reports decides; a decision that needs more than these rows (a
+    failure's failover, a deleted job's removal) runs through its own action before that job's
+    later reports are applied.
+    """
+    by_job: dict[int, list[int]] = {}
+    for index, (_, report) in enumerate(items):
+        by_job.setdefault(report.job_id, []).append(index)
+    locked = TrainingJob.objects.select_for_update().filter(pk__in={*by_job, *with_jobs}).order_by("pk")
+    jobs = {job.pk: job for job in locked if job.pk in by_job}
+    rows = _placements_of(list(jobs))
+    verdicts: list[Verdict] = []
+    writes = _ReportWrites(timezone.now())
+    for job_id, indexes in sorted(by_job.items()):
+        job = jobs.get(job_id)
+        while indexes:
+            placements = rows.get(job_id, {})
+            applied = apply_reports(
+                JobRow(job.pk, job.status, job.current_attempt) if job is not None else None,
+                [row for row, _ in placements.values()], [items[i] for i in indexes], writes.now,
+            )
+            verdicts += zip(indexes, applied.verdicts, strict=False)
+            indexes = indexes[len(applied.verdicts):]
+            if job is None:
+                continue
+            writes.add(job, applied, placements)
+            if applied.follow_up is not None:
+                writes.flush()  # the follow-up reads what the reports so far wrote
+                job = _follow_up(job, applied.follow_up, placements[applied.follow_up.placement.pk][1])
+                rows.update(_placements_of([job_id]) if job is not None else {job_id: {}})
+    writes.flush()
+    return [verdict for _, verdict in sorted(verdicts, key=lambda pair: pair[0])]
+
+
+def _placements_of(job_ids: list[int]) -> dict[int, dict[int, tuple[PlacementRow, Placement]]]:
+    """Job id → its current attempt's placements (locked, with their attempt): pk → (row, model)."""
+    found: dict[int, dict[int, tuple[PlacementRow, Placement]]] = {}
+    if not job_ids:
+        return found
+    placements = (
+        Placement.objects.select_for_update(of=("self",)).select_related("attempt")
+        .filter(attempt__job_id__in=job_ids, attempt__number=F("attempt__job__current_attempt")).order_by("pk")
     )
-    if placement is None:
-        agent_writes.placement_target(node_id, report.job_id, report.attempt, report.role)  # raises when foreign
-        return "stale"
-    if placement.state not in HOLDING_STATES:
-        return "stale"
-    now = timezone.now()
-    if report.state in (PlacementState.PREPARING, PlacementState.RUNNING):
-        placement.state = report.state
-        placement.started_at = placement.started_at or now
-        placement.save(update_fields=["state", "started_at"])
-        if report.state == PlacementState.RUNNING:
-            _maybe_running(job)
-        return "ok"
-    placement.state = PlacementState.EXITED
-    placement.exit_code, placement.exit_signal = report.exit_code, report.signal
-    placement.output_url, placement.message = report.output_url, report.message[:1000]
-    placement.failure = report.failure[:32]
-    placement.ended_at = now
-    placement.save(update_fields=["state", "exit_code", "exit_signal", "output_url", "message", "failure", "ended_at"])
-    _after_exit(job, placement, report)
-    return "ok"
+    for p in placements:
+        row = PlacementRow(
+            pk=p.pk, node_id=p.node_id, role=p.role, state=p.state, exit_code=p.exit_code, exit_signal=p.exit_signal,
+            failure=p.failure, output_url=p.output_url, message=p.message, started_at=p.started_at, ended_at=p.ended_at,
+        )
+        found.setdefault(p.attempt.job_id, {})[p.pk] = (row, p)
+    return found
 
 
-def _maybe_running(job: TrainingJob) -> None:
-    placements = Placement.objects.filter(attempt__job=job, attempt__number=job.current_attempt)
-    if job.status != JobStatus.CREATING or not all(p.state == PlacementState.RUNNING for p in placements):
-        return
-    now = timezone.now()
-    attempt = JobAttempt.objects.get(job=job, number=job.current_attempt)
-    attempt.running_at = now
-    attempt.lost_seconds = _time_lost(job, attempt, now)
-    attempt.save(update_fields=["running_at", "lost_seconds"])
-    actions.transition(job.pk, JobStatus.RUNNING, "The command runs on every node", locked=job)
+class _ReportWrites:
+    """What applied reports change, written for many jobs at once: each table in one statement."""
+
+    PLACEMENT_COLUMNS = {
+        "state": "text", "started_at": "timestamptz", "exit_code": "integer", "exit_signal": "integer",
+        "output_url": "text", "message": "text", "failure": "text", "ended_at": "timestamptz",
+    }
+
+    def __init__(self, now: datetime) -> None:
+        self.now = now
+        self._clear()
+
+    def _clear(self) -> None:
+        self.placements: dict[int, PlacementRow] = {}
+        self.transitions: dict[int, tuple[TrainingJob, list[Transition]]] = {}
+        self.running: list[JobAttempt] = []
+        self.ended: list[int] = []  # attempts that ended Completed
+        self.freed = False
+
+    def add(self, job: TrainingJob, applied: Applied, placements: Mapping[int, tuple[PlacementRow, Placement]]) -> None:
+        for pk in applied.changed:
+            self.placements[pk] = placements[pk][0]
+        attempt = next(iter(placements.values()))[1].attempt if placements else None
+        if applied.transitions:
+            self.transitions.setdefault(job.pk, (job, []))[1].extend(applied.transitions)
+        if applied.running and attempt is not None:
+            self.running.append(attempt)
+        if applied.ended and attempt is not None:
+            self.ended.append(attempt.pk)
+        self.freed = self.freed or applied.freed
+
+    def flush(self) -> None:
+        if self.placements:
+            rows = list(self.placements.values())
+            bulk.update_each(Placement, [row.pk for row in rows], {
+                column: (kind, [getattr(row, column) for row in rows]) for column, kind in self.PLACEMENT_COLUMNS.items()
+            })
+        if self.running:
+            bulk.update_each(
+                JobAttempt, [attempt.pk for attempt in self.running],
+                {"lost_seconds": ("double precision", [_time_lost(attempt, self.now) for attempt in self.running])},
+                same={"running_at": self.now},
+            )
+        if self.ended:
+            JobAttempt.objects.filter(pk__in=self.ended, ended_at__isnull=True).update(ended_at=self.now, cause="Completed")
+        if self.transitions:
+            actions.apply_transitions(dict(self.transitions.values()))
+        if self.freed:
+            schedule_on_commit()  # GPUs were freed
+        self._clear()
 
 
-def _time_lost(job: TrainingJob, attempt: JobAttempt, now) -> float:
-    """Work redone since the resumed checkpoint, plus the time without a running attempt."""
-    if attempt.kind == AttemptKind.INITIAL:
-        return 0.0
-    previous = JobAttempt.objects.filter(job=job, number=attempt.number - 1).first()
-    if previous is None:
-        return 0.0
-    progress_since = previous.running_at or previous.created_at
-    if job.checkpoint_at and job.checkpoint_at > progress_since and attempt.resume_step is not None:
-        progress_since = job.checkpoint_at
-    return max(0.0, (now - progress_since).total_seconds())
-
-
-def _after_exit(job: TrainingJob, placement: Placement, report: PlacementReport) -> None:
-    placements = list(Placement.objects.filter(attempt__job=job, attempt__number=job.current_attempt))
-    still_holding = [p for p in placements if p.state in HOLDING_STATES]
-    schedule_on_commit()  # GPUs were freed
-    if job.status == JobStatus.TERMINATING:
-        if not still_holding:
-            actions.remove_job(job)
-        return
-    if job.status not in (JobStatus.CREATING, JobStatus.RUNNING):
-        return  # already decided (Failed, failover, paused); this is another node stopping
-    if placement.exit_code == 0 and not placement.exit_signal and not placement.failure:
-        if still_holding:
-            return
-        if all(p.exit_code == 0 for p in placements):
-            outputs = sorted({p.output_url.rsplit("/", 2)[0] for p in placements if p.output_url})
-            failover.end_attempt(job, "Completed")
-            actions.complete_job(job.pk, "Every node's command exited with code 0", outputs[0] + "/" if outputs else "",
-                                locked=job)
-        return
+def _follow_up(job: TrainingJob, follow_up: FollowUp, placement: Placement) -> TrainingJob | None:
+    """Run a decision the report rows alone could not make; the job as it is now (None: gone)."""
+    if follow_up.kind == "remove":
+        actions.remove_job(job)
+        return None
+    placement.refresh_from_db()
+    report = follow_up.report
     evidence = failover.evidence_for(placement)
     if report.image_error:
         evidence = dataclasses.replace(evidence, image_error=True, image_message=report.message)
     elif placement.message and not evidence.log_tail:
         evidence = dataclasses.replace(evidence, log_tail=(placement.message,))
     failover.interrupted(job, placement, evidence)
+    return TrainingJob.objects.select_for_update().filter(pk=job.pk).first()
+
+
+def _time_lost(attempt: JobAttempt, now: datetime) -> float:
+    """Work redone since the resumed checkpoint, plus the time without a running attempt."""
+    if attempt.kind == AttemptKind.INITIAL:
+        return 0.0
+    previous = JobAttempt.objects.filter(job_id=attempt.job_id, number=attempt.number - 1).select_related("job").first()
+    if previous is None:
+        return 0.0
+    job = previous.job
+    progress_since = previous.running_at or previous.created_at
+    if job.checkpoint_at and job.checkpoint_at > progress_since and attempt.resume_step is not None:
+        progress_since = job.checkpoint_at
+    return max(0.0, (now - progress_since).total_seconds())
 
 
 @transaction.atomic

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
-from django.db import connection
+from django.db import connection, transaction
 
 from console import live
-from jobs.agent_writes import placement_target
+from jobs.agent_writes import placement_target, placement_targets
 from jobs.models import TrainingJob
 from nodeagent import protocol_checks
 
@@ -32,6 +33,31 @@ def store_batch(batch: dict, node_id: int) -> int:
         log.info("dropped %d lines of job %s attempt %s (superseded or deleted)", len(batch["lines"]), job_id, attempt)
         return 0
     return _store(job_id, stream, attempt, batch["lines"])
+
+
+def store_batches(batches: Sequence[tuple[int, dict]]) -> list[str]:
+    """Store several nodes' `logs` messages ((node id, message)) in one INSERT, as store_batch
+    each would; for each, the reason it is refused, or "" (stored, or dropped as stale). Run
+    inside the caller's transaction: the lines go to watchers once it commits."""
+    targets = placement_targets((node_id, b["job_id"], b["attempt"], b["stream"]) for node_id, b in batches)
+    refusals, kept = [], []
+    for node_id, b in batches:
+        target = targets[(node_id, b["job_id"], b["attempt"], b["stream"])]
+        refusals.append(target if isinstance(target, str) else "")
+        if target is None or isinstance(target, str) or not target.current:
+            if not isinstance(target, str):
+                log.info("dropped %d lines of job %s attempt %s (superseded or deleted)", len(b["lines"]), b["job_id"], b["attempt"])
+            continue
+        kept.append(b)
+    if kept:
+        lines = [(b, line) for b in kept for line in b["lines"]]
+        with connection.cursor() as cursor:
+            cursor.execute(_INSERT_MANY_SQL, [
+                [b["job_id"] for b, _ in lines], [b["stream"] for b, _ in lines], [b["attempt"] for b, _ in lines],
+                *_columns([line for _, line in lines]),
+            ])
+        transaction.on_commit(lambda: publish_many_lines(kept))
+    return refusals
 
 
 def store_lines(job_id: int, stream: str, attempt: int, lines: list[list]) -> int:
@@ -59,19 +85,39 @@ _INSERT_SQL = f"""
 """
 
 
+# several streams' lines at once (store_batches): the stream of each line in arrays too
+_INSERT_MANY_SQL = f"""
+    INSERT INTO {LogLine._meta.db_table} (job_id, stream, attempt, seq, ts, text)
+    SELECT j, st, a, s, to_timestamp(t), x
+    FROM unnest(%s::bigint[], %s::text[], %s::integer[], %s::bigint[], %s::double precision[], %s::text[])
+        AS u(j, st, a, s, t, x)
+    ON CONFLICT (job_id, stream, attempt, seq) DO NOTHING
+"""
+
+
+def _columns(lines: list[list]) -> tuple[list, list, list]:
+    """Sequence numbers, times and texts (cut, without NUL, which PostgreSQL's text refuses)."""
+    return [line[0] for line in lines], [line[1] for line in lines], [line[2][:MAX_LINE_CHARS].replace("\x00", "") for line in lines]
+
+
 def _insert_postgresql(job_id: int, stream: str, attempt: int, lines: list[list]) -> None:
-    seqs = [line[0] for line in lines]
-    times = [line[1] for line in lines]
-    texts = [line[2][:MAX_LINE_CHARS].replace("\x00", "") for line in lines]
     with connection.cursor() as cursor:
-        cursor.execute(_INSERT_SQL, [job_id, stream, attempt, seqs, times, texts])
+        cursor.execute(_INSERT_SQL, [job_id, stream, attempt, *_columns(lines)])
 
 
-def publish_lines(job_id: int, stream: str, attempt: int, lines: list[list]) -> None:
-    if not lines:
-        return
+def _lines_event(job_id: int, stream: str, attempt: int, lines: list[list]) -> tuple[str, dict]:
     event = LogLinesEvent(
         type="log.lines", stream=stream, attempt=attempt,
         lines=[[seq, ts, text[:MAX_LINE_CHARS]] for seq, ts, text in lines],
     )
-    live.publish(logs_group(job_id), dict(event))  # lost: a watcher catches up from its cursor
+    return logs_group(job_id), dict(event)
+
+
+def publish_lines(job_id: int, stream: str, attempt: int, lines: list[list]) -> None:
+    if lines:
+        live.publish(*_lines_event(job_id, stream, attempt, lines))  # lost: a watcher catches up from its cursor
+
+
+def publish_many_lines(batches: Sequence[dict]) -> None:
+    """Several `logs` messages' lines to their watchers, in one hand-over."""
+    live.publish_many([_lines_event(b["job_id"], b["stream"], b["attempt"], b["lines"]) for b in batches if b["lines"]])
