@@ -12,6 +12,7 @@ is closed with 4409.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -22,9 +23,11 @@ from redis.exceptions import RedisError
 from nodeagent import protocol
 
 from . import agent_inbox
-from .agent_db import OUTAGE_ERRORS, agent_db, on_thread
+from .agent_db import OUTAGE_ERRORS, agent_db, call_with_retries, on_thread
 from .agent_socket import ProtocolConsumer, bearer_token
+from .gather import Gatherer
 from .heartbeats import BOOK, BOOK_THREAD
+from .node_sync import LISTENER
 from .nodes import registry
 from .notify import node_group
 
@@ -33,17 +36,35 @@ log = logging.getLogger(__name__)
 # (a placement being stopped within its grace differs for a few beats: that is expected)
 RESYNC_AFTER_DISAGREEMENTS = 3
 REJOIN_EVERY_HEARTBEATS = 5
-# stored messages handed to the pool in one trip (a reconnecting agent resends thousands)
+# one node's stored messages handed over at once (a reconnecting agent resends thousands)
 MAX_BATCH = 64
 # a few threads of their own (AGENT_STORE_THREADS): the per-message retries are inside
 # (jobs.agent_inbox), and hellos and desired-state reads do not queue behind a backlog of them
 STORE_THREADS = ThreadPoolExecutor(settings.AGENT_STORE_THREADS, thread_name_prefix="agent-store")
 
 
-async def _store_on_pool(node_id: int, messages: list[dict], sender: str) -> list[agent_inbox.Outcome]:
-    return await asyncio.get_running_loop().run_in_executor(
-        STORE_THREADS, agent_inbox.store_messages, node_id, messages, sender,
-    )
+class Handover:
+    """A node's messages handed to the store, in order; more may join until a call takes them."""
+
+    def __init__(self, node_id: int, sender: str, entries: list[tuple[dict, str]]) -> None:
+        self.node_id, self.sender, self.entries = node_id, sender, entries  # (message, its text)
+        self.open = True
+
+    def close(self) -> None:
+        self.open = False
+
+
+def _store(handovers: list[Handover]) -> list[list[agent_inbox.Outcome]]:
+    return agent_inbox.store_batches([(h.node_id, [message for message, _ in h.entries], h.sender) for h in handovers])
+
+
+# what the nodes hand over while earlier batches are stored goes in one transaction (jobs.gather)
+STORE = Gatherer(_store, STORE_THREADS, concurrency=settings.AGENT_STORE_THREADS, limit=512,
+                 weight=lambda handover: len(handover.entries), taken=Handover.close)
+# desired states asked for meanwhile are read in one query (a scheduler run places hundreds)
+DESIRED_THREADS = ThreadPoolExecutor(2, thread_name_prefix="agent-desired")
+DESIRED = Gatherer(functools.partial(call_with_retries, registry.desired_placements_of), DESIRED_THREADS,
+                   concurrency=2, limit=500)
 
 
 class AgentConsumer(ProtocolConsumer):
@@ -55,6 +76,7 @@ class AgentConsumer(ProtocolConsumer):
     in_group = False
     clock_offset = 0.0  # console time − agent time, measured at hello
     drainer: asyncio.Task | None = None  # storing the inbox's messages (set up in connect)
+    handover: Handover | None = None  # the drain's messages waiting in the store's queue
     desired_sender: asyncio.Task | None = None  # want_desired's send under way
     desired_wanted = False
     joining: asyncio.Task | None = None  # a periodic re-join of the node's group under way
@@ -105,7 +127,12 @@ class AgentConsumer(ProtocolConsumer):
             await self._heartbeat(message)
             return
         if kind in agent_inbox.STORED_KINDS:
-            # stored in order by one drain per connection, with whatever else arrived meanwhile
+            # stored in order by one drain per connection, with whatever else arrived meanwhile;
+            # while the drain's batch still waits in the store's queue, it joins that batch
+            handover = self.handover
+            if handover is not None and handover.open and not self.inbox and len(handover.entries) < MAX_BATCH:
+                handover.entries.append((message, raw))
+                return
             self.inbox.append((message, raw))
             if self.drainer is None or self.drainer.done():
                 self.drainer = asyncio.get_running_loop().create_task(self._drain())
@@ -114,7 +141,11 @@ class AgentConsumer(ProtocolConsumer):
         try:
             while self.inbox and self.accepting:
                 batch, self.inbox = self.inbox[:MAX_BATCH], self.inbox[MAX_BATCH:]
-                outcomes = await _store_on_pool(self.node_id, [message for message, _ in batch], self.sender)
+                self.handover = Handover(self.node_id, self.sender, batch)
+                try:
+                    outcomes = await STORE.ask(self.handover)
+                finally:
+                    self.handover = None
                 await self._answer(batch, outcomes)
         except Exception:  # the socket went meanwhile: the agent sends again what was not acknowledged
             log.warning("could not answer the messages of node %s", self.node_id, exc_info=True)
@@ -152,6 +183,7 @@ class AgentConsumer(ProtocolConsumer):
             self.clock_offset = time.time() - float(hello["sent_at"])
         BOOK.ensure_running()
         BOOK.watch(node.pk, node.session, self)
+        LISTENER.ensure_listening()
         await self._join_group(announce=True)
         await self.send_json(protocol.Welcome(
             type="welcome", node_id=node.pk, heartbeat_interval=float(settings.NODE_HEARTBEAT_SECONDS),
@@ -202,7 +234,7 @@ class AgentConsumer(ProtocolConsumer):
     async def send_desired(self) -> None:
         self.desired_in_flight = True
         try:
-            placements = await agent_db(registry.desired_placements)(self.node_id)
+            placements = await DESIRED.ask(self.node_id)
             self.sent = frozenset(protocol.placement_key(p["job_id"], p["attempt"], p["role"]) for p in placements)
             self.disagreements = 0
             await self.send_json(protocol.Desired(type="desired", placements=placements))

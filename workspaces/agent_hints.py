@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from django.db.models import Q
-
 from jobs.models import Placement
 from nodeagent import protocol
 
@@ -13,10 +11,8 @@ def add_warm_pool_hints(placements: list[protocol.Placement]) -> list[protocol.P
     long after it ends, and whether to reuse one kept for an earlier job (one query)."""
     if not placements:
         return placements
-    match = Q()
-    for p in placements:
-        match |= Q(attempt__job_id=p["job_id"], attempt__number=p["attempt"], role=p["role"])
-    rows = Placement.objects.filter(match).values_list(
+    # by job, matched here: hundreds of nodes' placements at once would be a long OR to plan
+    rows = Placement.objects.filter(attempt__job_id__in={p["job_id"] for p in placements}).values_list(
         "attempt__job_id", "attempt__number", "role", "attempt__job__owner_id", "attempt__job__keep_alive_minutes",
         "warm_start__source_job_id",
     )

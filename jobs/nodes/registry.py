@@ -201,11 +201,18 @@ def desired_keys(node_ids: list[int]) -> dict[int, frozenset[str]]:
 
 def desired_placements(node_id: int) -> list[protocol.Placement]:
     """What should run on this node now: current attempts of jobs that are Creating or Running."""
-    placements = _desired([node_id]).select_related("attempt__job").order_by("attempt__job_id", "node_rank")
-    result = []
+    return desired_placements_of([node_id])[0]
+
+
+def desired_placements_of(node_ids: list[int]) -> list[list[protocol.Placement]]:
+    """desired_placements of each node, read in one query for all (a fleet's nodes are sent
+    theirs hundreds at a time as a scheduler run places a backlog)."""
+    placements = _desired(node_ids).select_related("attempt__job").order_by("node_id", "attempt__job_id", "node_rank")
+    by_node: dict[int, list[protocol.Placement]] = {node_id: [] for node_id in node_ids}
+    chosen: dict[int, tuple[str, str]] = {}
     for p in placements:
         job: TrainingJob = p.attempt.job
-        result.append(protocol.Placement(
+        by_node[p.node_id].append(protocol.Placement(
             job_id=job.pk, job_name=job.name, attempt=p.attempt.number, role=p.role,
             node_rank=p.node_rank, nnodes=job.node_count, nproc_per_node=job.gpus_per_node,
             master_addr=p.attempt.master_addr, master_port=p.attempt.master_port,
@@ -219,9 +226,15 @@ def desired_placements(node_id: int) -> list[protocol.Placement]:
             stop_grace_seconds=settings.JOB_STOP_GRACE_SECONDS,
             env=checkpoint_environment(job),
         ))
-    # the warm pool's hints (keep / reuse prepared files) and the job's training environment
-    chosen = {p.attempt.job_id: (p.attempt.job.framework, p.attempt.job.framework_version) for p in placements}
-    return add_environments(policy.current().agent_hints(result), chosen)
+        chosen[job.pk] = (job.framework, job.framework_version)
+    # the warm pool's hints (keep / reuse prepared files) and each job's training environment,
+    # each in one query for all the nodes; a policy keeps the placements' order
+    flat = add_environments(policy.current().agent_hints([p for node_id in node_ids for p in by_node[node_id]]), chosen)
+    result, start = [], 0
+    for node_id in node_ids:
+        result.append(flat[start:start + len(by_node[node_id])])
+        start += len(by_node[node_id])
+    return result
 
 
 def checkpoint_environment(job: TrainingJob) -> dict[str, str]:

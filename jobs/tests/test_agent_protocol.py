@@ -13,11 +13,12 @@ from asgiref.sync import async_to_sync, sync_to_async
 from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import connection, transaction
 from django.utils import timezone
 
 from console.asgi import application
-from jobs import actions, lifecycle
+from jobs import actions, agent_consumer, lifecycle
 from jobs.models import ConsoleListening, Node, NodeToken, Placement, TrainingJob
 from jobs.nodes import registry
 from jobs.notify import node_group
@@ -296,6 +297,56 @@ async def test_a_node_declared_lost_while_its_connection_is_open_is_told_to_conn
     error = await socket.receive_json_from(timeout=5)
     assert error["type"] == "error" and "declared this node Lost" in error["message"]
     assert await socket.receive_output(timeout=5) == {"type": "websocket.close", "code": CLOSE_DECLARED_LOST}
+
+
+def _placed_on(node_name: str, job_name: str) -> TrainingJob:
+    owner = get_user_model().objects.get_or_create(username="alice")[0]
+    job = actions.create_job(owner, job_fields(name=job_name), [])
+    node = Node.objects.get(name=node_name)
+    lifecycle.start_attempt(job.pk, [Assignment(node.pk, node.name, (0,))])
+    return TrainingJob.objects.get(pk=job.pk)
+
+
+@synced
+async def test_messages_that_arrive_while_a_nodes_batch_waits_for_the_store_join_it(monkeypatch):
+    """Behind a busy store, a node's `running` and lines sent just after its `preparing` are
+    stored with it and answered by one ack: they do not wait for a turn of their own."""
+    monkeypatch.setattr(agent_consumer.STORE, "concurrency", 1)
+    busy, _ = await connect_node("gpu-01")
+    waiting, _ = await connect_node("gpu-02")
+    busy_job = await sync_to_async(_placed_on)("gpu-01", "busy")
+    job = await sync_to_async(_placed_on)("gpu-02", "waiting")
+    await busy.receive_json_from(timeout=5)  # desired
+    await waiting.receive_json_from(timeout=5)
+    held, release = threading.Event(), threading.Event()
+
+    def hold_the_busy_job() -> None:  # the store's one call waits behind this row
+        with transaction.atomic():
+            TrainingJob.objects.select_for_update().get(pk=busy_job.pk)
+            held.set()
+            release.wait(10)
+        connection.close()
+
+    holder = threading.Thread(target=hold_the_busy_job)
+    holder.start()
+    assert held.wait(5)
+    await busy.send_json_to({"type": "attempt", "msg_id": 1, "job_id": busy_job.pk, "attempt": 1, "role": "master", "state": "preparing"})
+    await asyncio.sleep(0.3)  # the store's only call is taken
+    base = {"type": "attempt", "job_id": job.pk, "attempt": 1, "role": "master"}
+    for message in [{**base, "msg_id": 1, "state": "preparing"}, {**base, "msg_id": 2, "state": "running"},
+                    {"type": "logs", "msg_id": 3, "job_id": job.pk, "attempt": 1, "stream": "master",
+                     "lines": [[1, time.time(), "step 1"]]}]:
+        await waiting.send_json_to(message)
+    await asyncio.sleep(0.2)
+    release.set()
+    assert await busy.receive_json_from(timeout=5) == {"type": "ack", "upto": 1}
+    assert await waiting.receive_json_from(timeout=5) == {"type": "ack", "upto": 3}  # one ack for the three
+    assert await waiting.receive_nothing(timeout=0.3)
+    await sync_to_async(holder.join)()
+    await sync_to_async(job.refresh_from_db)()
+    assert job.status == "Running"
+    for socket in (busy, waiting):
+        await socket.disconnect()
 
 
 @synced
