@@ -50,6 +50,8 @@ class AgentConnection(Protocol):
 
     async def send_desired(self) -> None: ...
 
+    def want_desired(self) -> None: ...
+
 
 class HeartbeatBook:
     def __init__(self) -> None:

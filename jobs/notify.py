@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import os
 import threading
@@ -13,8 +14,6 @@ from celery import current_app
 from django.conf import settings
 from django.db import transaction
 
-from console import live
-
 log = logging.getLogger(__name__)
 
 
@@ -22,16 +21,32 @@ def node_group(node_id: int) -> str:
     return f"node-{node_id}"
 
 
-def _send(node_ids: set[int]) -> None:
-    # a lost push is healed by the desired-state check of the agent's console process (jobs.heartbeats)
-    live.publish_many([(node_group(node_id), {"type": "node.sync"}) for node_id in node_ids])
+def node_sync_channel() -> str:
+    """The Redis channel that tells console processes which nodes' desired state changed (one
+    per console prefix and Redis database: pub/sub knows no databases, and test workers or a
+    benchmark share the server)."""
+    prefix = settings.CHANNEL_LAYERS["default"]["CONFIG"].get("prefix", "simpleai")
+    return f"{prefix}:node-sync:{_flags().connection_pool.connection_kwargs.get('db', 0)}"
+
+
+def publish_node_sync(node_ids: Iterable[int]) -> None:
+    """Ask the console processes serving these nodes to send them their desired state, in one
+    message (jobs.node_sync); never raises: what triggered it is committed, and the heartbeat
+    book's check sends a desired state that a lost push left out of date."""
+    ids = sorted(set(node_ids))
+    if not ids:
+        return
+    try:
+        _flags().publish(node_sync_channel(), json.dumps(ids))
+    except redis.RedisError:
+        log.warning("could not push the desired state of %d node(s); their console sends it within seconds", len(ids))
 
 
 def sync_nodes_on_commit(node_ids: Iterable[int | None]) -> None:
     """After the current transaction commits, make these nodes' agents re-read their desired state."""
     ids = {node_id for node_id in node_ids if node_id is not None}
     if ids:
-        transaction.on_commit(lambda: _send(ids))
+        transaction.on_commit(lambda: publish_node_sync(ids))
 
 
 # Set while a scheduler run is queued: events meanwhile ask for nothing more (a run reads every
