@@ -47,14 +47,20 @@ def detach() -> None:
         _loop = _queue = None
 
 
+# events the server loop's sender takes from its queue at once
+SEND_BATCH = 1000
+
+
 async def _send_in_order(queue: asyncio.Queue[tuple[str, dict[str, Any]]]) -> None:
     layer = get_channel_layer()
     while True:
-        group, message = await queue.get()
+        items = [await queue.get()]
+        while not queue.empty() and len(items) < SEND_BATCH:
+            items.append(queue.get_nowait())
         try:
-            await layer.group_send(group, message)
-        except Exception:  # Redis down: the page shows the truth on reload, agents resync
-            log.warning("could not publish %s to %s", message.get("type"), group, exc_info=True)
+            await _send_all(layer, items)  # a group's events in order, each batch after the last
+        except Exception:  # e.g. the layer is misconfigured: the sender must go on
+            log.warning("could not publish %d live event(s)", len(items), exc_info=True)
 
 
 def _enqueue(queue: asyncio.Queue, item: tuple[str, dict[str, Any]]) -> None:
@@ -114,6 +120,8 @@ async def _send_all(layer: Any, items: list[tuple[str, dict[str, Any]]]) -> None
     by_group: dict[str, list[dict[str, Any]]] = {}
     for group, message in items:
         by_group.setdefault(group, []).append(message)
+    listened = await _listened(layer, list(by_group))
+    by_group = {group: messages for group, messages in by_group.items() if group in listened}
     slots = asyncio.Semaphore(SEND_CONCURRENCY)
 
     async def send_in_order(group: str, messages: list[dict[str, Any]]) -> None:
@@ -125,3 +133,29 @@ async def _send_all(layer: Any, items: list[tuple[str, dict[str, Any]]]) -> None
     failed = [r for r in results if isinstance(r, Exception)]
     if failed:  # Redis down: pages show the truth on reload, agents resync
         log.warning("could not publish to %d of %d group(s): %s", len(failed), len(by_group), failed[0])
+
+
+async def _listened(layer: Any, groups: list[str]) -> set[str]:
+    """The groups that have a member now, asked in one round trip per Redis server: most events
+    have nobody to reach (a fleet's thousands of status changes a minute, a few pages open), and
+    channels_redis' group_send costs two round trips even for an empty group. A member that
+    joins just after this misses the event, as it would had it joined just after the send (pages
+    and agents read the current state when they connect). Any doubt: every group."""
+    group_key = getattr(layer, "_group_key", None)  # channels_redis 4's layer (pinned)
+    if group_key is None or len(groups) < 2:
+        return set(groups)
+    try:
+        by_server: dict[int, list[str]] = {}
+        for group in groups:
+            by_server.setdefault(layer.consistent_hash(group), []).append(group)
+        found: set[str] = set()
+        for server, names in by_server.items():
+            pipe = layer.connection(server).pipeline(transaction=False)
+            for name in names:
+                pipe.zcard(group_key(name))
+            counts = await pipe.execute()
+            found.update(name for name, count in zip(names, counts, strict=True) if count)
+        return found
+    except Exception:
+        log.warning("could not ask which groups have members; sending to all", exc_info=True)
+        return set(groups)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
 from django.conf import settings
 
 from console import live
@@ -36,3 +38,29 @@ def test_every_group_of_a_big_fan_out_gets_its_events_in_order_within_the_pool(m
     groups = [f"job-{n}" for n in range(2000)]
     live.publish_many([(group, {"type": "job.reason", "n": n}) for n in (1, 2) for group in groups])
     assert layer.received == {group: [1, 2] for group in groups}  # none refused, each group in order
+
+
+def test_events_go_only_to_groups_someone_is_in_and_reach_them_in_order(monkeypatch):
+    """Most of a fleet's events have nobody to reach (thousands of status changes, a few pages
+    open): groups without a member are not sent to, and a member gets all of its own."""
+    layer = get_channel_layer()  # the real Redis layer
+    channel = async_to_sync(layer.new_channel)()
+    async_to_sync(layer.group_add)("job-watched", channel)
+    sent_to, real_send = [], layer.group_send
+
+    async def counting_send(group: str, message: dict) -> None:
+        sent_to.append(group)
+        await real_send(group, message)
+
+    monkeypatch.setattr(layer, "group_send", counting_send)
+    try:
+        live.publish_many([("job-watched", {"type": "job.status", "n": 1}), ("job-nobody", {"type": "job.status", "n": 2}),
+                           ("user-nobody", {"type": "job.status", "n": 3}), ("job-watched", {"type": "job.status", "n": 4})])
+        async def two() -> list[int]:
+            return [(await layer.receive(channel))["n"] for _ in range(2)]
+
+        received = async_to_sync(two)()
+    finally:
+        async_to_sync(layer.group_discard)("job-watched", channel)
+    assert sent_to == ["job-watched", "job-watched"]
+    assert received == [1, 4]
