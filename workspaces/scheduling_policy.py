@@ -36,7 +36,7 @@ from .quotas import JobAsk, Limits, Usage, effective_limits, scheduling_block
 from .reservations import active_reservations, reconcile_all
 from .usage import gpu_hours_this_month
 from .warm_data import keep_alive_window, warm_entries
-from .warm_pool import JobConfig, WarmEntry, outcome, warm_nodes
+from .warm_pool import ConfigKey, JobConfig, WarmEntry, WarmOutcome, by_config, config_key, outcome, warm_nodes
 
 NOTE_LOOKBACK = timedelta(days=1)  # how far back "why not warm" looks for the owner's jobs
 
@@ -107,7 +107,7 @@ class WorkspacesRun:
     def __init__(self, jobs: Sequence[TrainingJob], ledger: Ledger) -> None:
         self.jobs = {job.pk: job for job in jobs}
         self.ledger = ledger
-        self.entries = warm_entries(keep_alive_window(), now=ledger.now, live_only=True)
+        self.entries = by_config(warm_entries(keep_alive_window(), now=ledger.now, live_only=True))
         self.held = _workspace_holds(jobs, ledger)
         self.limits = limits_by_owner({job.owner_id for job in jobs})
         self.usage = usage_by_owner(self.limits, ledger)
@@ -116,7 +116,9 @@ class WorkspacesRun:
         job = self.jobs.get(request.job_id)
         if job is None:
             return request
-        return dataclasses.replace(request, warm_nodes=frozenset(warm_nodes(self.entries, config(job), self.ledger.now)))
+        job_config = config(job)
+        warm = warm_nodes(self.entries.get(config_key(job_config), []), job_config, self.ledger.now)
+        return dataclasses.replace(request, warm_nodes=frozenset(warm))
 
     def _ask(self, request: JobRequest) -> JobAsk:
         job = self.jobs[request.job_id]
@@ -153,9 +155,23 @@ class WorkspacesRun:
         for entry in warm_entries(NOTE_LOOKBACK, owners={job.owner_id for job in started}, now=self.ledger.now):
             recent.setdefault(entry.owner_id, []).append(entry)
         reuses, notes = [], {}
+        # a backlog starts hundreds of one owner's jobs per run: the nodes warm for each
+        # configuration are found once, and a cold start's note (which does not depend on the
+        # nodes) is worded once per configuration and workspace
+        warm: dict[ConfigKey, dict[int, WarmEntry]] = {}
+        cold: dict[tuple[ConfigKey, int | None], WarmOutcome] = {}
         for job, assignments in started.items():
             mine = recent.get(job.owner_id, [])
-            result = outcome(config(job), [a.node_id for a in assignments], mine, self.ledger.now, self._why_taken(job, mine))
+            job_config, nodes = config(job), [a.node_id for a in assignments]
+            key = config_key(job_config)
+            if key not in warm:
+                warm[key] = warm_nodes(mine, job_config, self.ledger.now)
+            if any(node_id in warm[key] for node_id in nodes):
+                result = outcome(job_config, nodes, mine, self.ledger.now, self._why_taken(job, mine))
+            else:
+                if (key, job.workspace_id) not in cold:
+                    cold[(key, job.workspace_id)] = outcome(job_config, nodes, mine, self.ledger.now, self._why_taken(job, mine))
+                result = cold[(key, job.workspace_id)]
             reuses += [
                 WarmStart(placement=placements[(job.pk, node_id)], source_job_id=entry.job_id, source_job_name=entry.job_name)
                 for node_id, entry in result.reuse.items() if (job.pk, node_id) in placements

@@ -55,11 +55,28 @@ def newest(entries: Iterable[WarmEntry]) -> list[WarmEntry]:
     return list(latest.values())
 
 
+ConfigKey = tuple[int, str, str, str]  # owner, server type, image, training script
+
+
+def config_key(job: JobConfig) -> ConfigKey:
+    return (job.owner_id, job.server_type, job.image, job.script_url)
+
+
+def entry_key(entry: WarmEntry) -> ConfigKey:
+    return (entry.owner_id, entry.server_type, entry.image, entry.script_url)
+
+
 def compatible(entry: WarmEntry, job: JobConfig) -> bool:
-    return (
-        entry.owner_id == job.owner_id and entry.server_type == job.server_type
-        and entry.image == job.image and entry.script_url == job.script_url
-    )
+    return entry_key(entry) == config_key(job)
+
+
+def by_config(entries: Iterable[WarmEntry]) -> dict[ConfigKey, list[WarmEntry]]:
+    """Entries by the configuration they fit: a run asks for thousands of queued jobs which
+    nodes are warm for them, and each then looks at its own few entries, not at all of them."""
+    found: dict[ConfigKey, list[WarmEntry]] = {}
+    for entry in entries:
+        found.setdefault(entry_key(entry), []).append(entry)
+    return found
 
 
 def warm_nodes(entries: Iterable[WarmEntry], job: JobConfig, now: datetime) -> dict[int, WarmEntry]:
