@@ -149,10 +149,11 @@ class TimedSpool(Spool):
     skips fsync: a thousand agents share this one disk)."""
 
     acks: list[float] = []  # message → ack latencies of every agent, seconds
+    acks_by_kind: dict[str, list[float]] = {}  # the same, by message type (attempt reports by state)
 
     def __init__(self, directory: Path) -> None:
         super().__init__(directory)
-        self.sent_at: dict[int, float] = {}
+        self.sent_at: dict[int, tuple[float, str]] = {}
 
     def sync(self) -> None:
         self._file.flush()
@@ -160,26 +161,44 @@ class TimedSpool(Spool):
     def unsent(self, after: int):
         batch = super().unsent(after)
         now = time.monotonic()
-        for msg_id, _ in batch:
-            self.sent_at.setdefault(msg_id, now)
+        for msg_id, text in batch:
+            if msg_id not in self.sent_at:
+                kind = re.search(r'"type":"(\w+)"', text)
+                state = re.search(r'"state":"(\w+)"', text)
+                self.sent_at[msg_id] = (now, (kind.group(1) if kind else "?") + (f" {state.group(1)}" if state else ""))
         return batch
 
     def ack(self, upto: int) -> None:
         now = time.monotonic()
         for msg_id in [m for m in self.sent_at if m <= upto]:
-            TimedSpool.acks.append(now - self.sent_at.pop(msg_id))
+            sent, kind = self.sent_at.pop(msg_id)
+            TimedSpool.acks.append(now - sent)
+            TimedSpool.acks_by_kind.setdefault(kind, []).append(now - sent)
         super().ack(upto)
+
+    @classmethod
+    def clear(cls) -> None:
+        cls.acks.clear()
+        cls.acks_by_kind.clear()
+
+    @classmethod
+    def by_kind(cls) -> str:
+        return "; ".join(f"{kind} p50 {percentile(times, 50):.3f} s, p99 {percentile(times, 99):.3f} s"
+                         for kind, times in sorted(cls.acks_by_kind.items()))
 
 
 class SimSupervisor:
     """Runs desired placements as timers: preparing, running, two lines, exit 0 after the sleep."""
 
     running_gpus = 0  # of every agent: GPUs whose command runs now (started, not yet exited)
+    seen_at: dict[tuple[int, int], float] = {}  # (job, attempt) → when its desired state reached an agent (epoch s)
+    idle_gaps: list[float] = []  # a GPU's seconds between a command's exit and the next command's start
 
     def __init__(self, outbox: Outbox) -> None:
         self.outbox = outbox
         self.tasks: dict[str, asyncio.Task] = {}
         self.finished: set[str] = set()
+        self.freed_at: dict[int, float] = {}  # GPU index → when its last command exited (monotonic)
 
     def running(self) -> list[protocol.RunningRef]:
         return [protocol.RunningRef(job_id=int(k.split("/")[0]), attempt=int(k.split("/")[1]), role=k.split("/")[2])
@@ -191,6 +210,7 @@ class SimSupervisor:
     def reconcile(self, placements: list[protocol.Placement]) -> None:
         wanted = {protocol.placement_key(p["job_id"], p["attempt"], p["role"]): p for p in placements}
         for key, placement in wanted.items():
+            SimSupervisor.seen_at.setdefault((placement["job_id"], placement["attempt"]), time.time())
             if key not in self.tasks and key not in self.finished:
                 self.tasks[key] = asyncio.get_running_loop().create_task(self._run(key, placement))
         for key in [k for k in self.tasks if k not in wanted]:
@@ -202,6 +222,9 @@ class SimSupervisor:
             self.outbox.attempt(placement, "preparing")
             self.outbox.attempt(placement, "running")
             started = time.time()
+            for gpu in placement["gpu_indices"]:
+                if gpu in self.freed_at:
+                    SimSupervisor.idle_gaps.append(time.monotonic() - self.freed_at.pop(gpu))
             self.outbox.logs(placement["job_id"], placement["attempt"], placement["role"],
                              [[1, started, f"[INFO] Starting the command: {placement['command']}"], [2, started, "training"]])
             SimSupervisor.running_gpus += len(placement["gpu_indices"])
@@ -209,6 +232,7 @@ class SimSupervisor:
                 await asyncio.sleep(seconds)
             finally:
                 SimSupervisor.running_gpus -= len(placement["gpu_indices"])
+                self.freed_at.update(dict.fromkeys(placement["gpu_indices"], time.monotonic()))
             self.outbox.attempt(placement, "exited", exit_code=0)
         except asyncio.CancelledError:
             self.outbox.attempt(placement, "exited", signal=15)
@@ -309,6 +333,15 @@ class Probe:
             WHERE p.new_status = 'Pending' AND p.old_status = ''
         """, [prefix + "%"]).fetchall()
         return [r[0] for r in rows]
+
+    def placed_to_agent(self, prefix: str) -> list[float]:
+        """Seconds from an attempt's creation (the scheduler placed it) to its desired state
+        reaching an agent, for these jobs."""
+        rows = self.db.execute("""
+            SELECT a.job_id, a.number, extract(epoch FROM a.created_at) FROM jobs_jobattempt a
+            JOIN jobs_trainingjob j ON j.id = a.job_id AND j.name LIKE %s""", [prefix + "%"]).fetchall()
+        return [SimSupervisor.seen_at[(job, number)] - float(created) for job, number, created in rows
+                if (job, number) in SimSupervisor.seen_at]
 
     def completions_per_minute(self, prefix: str) -> list[int]:
         """Completions in each full minute from the first to the last completion of these jobs."""
@@ -486,7 +519,7 @@ async def run(args) -> None:
     # 3. jobs while capacity is free
     url = f"http://127.0.0.1:{console.ports[0]}"
     rng = random.Random(7)
-    TimedSpool.acks.clear()
+    TimedSpool.clear()
     runs_before = len(scheduler_runs(console.worker_log()))
     job_t0 = time.monotonic()
     api_latencies, _ = await loop.run_in_executor(None, create_jobs, url, users, args.jobs, args.job_seconds, rng,
@@ -502,7 +535,10 @@ async def run(args) -> None:
           f"({args.jobs / created_in:.1f}/s; API p50 {percentile(api_latencies, 50) * 1000:.0f} ms, "
           f"p99 {percentile(api_latencies, 99) * 1000:.0f} ms); {dict(statuses)}")
     print(f"  created→Running p50 {percentile(to_running, 50):.2f} s, p99 {percentile(to_running, 99):.2f} s")
+    pushed = probe.placed_to_agent("free")
+    print(f"  placed→agent (the desired state's way) p50 {percentile(pushed, 50):.2f} s, p99 {percentile(pushed, 99):.2f} s")
     print(f"  agent message→ack p50 {percentile(acks, 50):.3f} s, p99 {percentile(acks, 99):.3f} s ({len(acks)} messages)")
+    print(f"    by message: {TimedSpool.by_kind()}")
     print(f"  console CPU while jobs were created {usage_cpu:.0f} % of one core, RSS {usage_rss:.0f} MB")
     print(f"  scheduler: {len(runs)} runs for {args.jobs} jobs ({len(runs) / max(args.jobs, 1):.2f} per job); "
           f"run time p50 {percentile(runs, 50) * 1000:.0f} ms, p99 {percentile(runs, 99) * 1000:.0f} ms")
@@ -512,7 +548,10 @@ async def run(args) -> None:
         await loop.run_in_executor(None, probe.cordon_all, True)
         _, avg_gpus = await loop.run_in_executor(None, create_jobs, url, users, args.backlog, args.job_seconds, rng,
                                                  args.clients, "backlog")
-        TimedSpool.acks.clear()
+        TimedSpool.clear()
+        SimSupervisor.idle_gaps.clear()
+        for agent in agents:
+            agent.supervisor.freed_at.clear()  # the queue was cordoned: that wait is not a gap
         runs_before = len(scheduler_runs(console.worker_log()))
         drain_t0, drain_wall = time.monotonic(), time.time()
         await loop.run_in_executor(None, probe.cordon_all, False)
@@ -557,7 +596,12 @@ async def run(args) -> None:
               f"see it): mean {statistics.mean(running) if running else float('nan'):.0f} %, "
               f"min {min(running) if running else float('nan'):.0f} %")
         print(f"  completions per minute: {per_minute}; ideal {ideal:.0f}")
+        gaps, pushed = list(SimSupervisor.idle_gaps), probe.placed_to_agent("backlog")
+        print(f"  a GPU between one command's exit and the next one's start: p50 {percentile(gaps, 50):.2f} s, "
+              f"p90 {percentile(gaps, 90):.2f} s, p99 {percentile(gaps, 99):.2f} s; "
+              f"placed→agent p50 {percentile(pushed, 50):.2f} s, p99 {percentile(pushed, 99):.2f} s")
         print(f"  agent message→ack p50 {percentile(acks, 50):.3f} s, p99 {percentile(acks, 99):.3f} s ({len(acks)} messages)")
+        print(f"    by message: {TimedSpool.by_kind()}")
         print(f"  console CPU while draining {usage_cpu:.0f} % of one core, RSS {usage_rss:.0f} MB")
         print(f"  scheduler: {len(runs)} runs; run time p50 {percentile(runs, 50) * 1000:.0f} ms, "
               f"p99 {percentile(runs, 99) * 1000:.0f} ms, max {max(runs, default=0) * 1000:.0f} ms")
