@@ -35,11 +35,15 @@
     let delay = 1000;
     let socket = null;
     let stopped = false;
+    let retry = null;  // the pending reconnect: stop() cancels it
     function connect() {
+      if (stopped) return;
       const scheme = location.protocol === "https:" ? "wss" : "ws";
       socket = new WebSocket(`${scheme}://${location.host}${typeof path === "function" ? path() : path}`);
-      socket.addEventListener("open", () => { delay = 1000; if (handlers.open) handlers.open(); });
-      socket.addEventListener("message", (e) => handlers.message(JSON.parse(e.data)));
+      // a socket stopped meanwhile says nothing more: a refusal opens before it closes, and
+      // its "open" would put back "Live" on a page that already said why it stopped
+      socket.addEventListener("open", () => { if (stopped) return; delay = 1000; if (handlers.open) handlers.open(); });
+      socket.addEventListener("message", (e) => { if (!stopped) handlers.message(JSON.parse(e.data)); });
       socket.addEventListener("close", (e) => {
         if (stopped) return;
         if (e.code === SESSION_ENDED || e.code === NOT_FOUND) {
@@ -49,12 +53,12 @@
           return;
         }
         if (handlers.retry) handlers.retry();
-        setTimeout(connect, delay);
+        retry = setTimeout(connect, delay);
         delay = Math.min(delay * 2, 30000);
       });
     }
     connect();
-    return { stop() { stopped = true; if (socket) socket.close(); } };
+    return { stop() { stopped = true; clearTimeout(retry); if (socket) socket.close(); } };
   }
 
   window.LiveSocket = { open, notice, SESSION_ENDED, NOT_FOUND };

@@ -120,3 +120,29 @@ def test_pages_say_why_they_stopped_and_stop_reconnecting(alice, stack):
         pages["kept"].wait_for_timeout(6000)
         assert len(opened) == attempts, opened[attempts:]
         browser.close()
+
+
+def test_a_socket_stopped_while_it_waits_to_reconnect_stays_stopped(alice, stack):
+    """A page stops a socket (its job was deleted) while the socket waits out its backoff after a
+    drop: it must not reconnect, or that socket's "open" puts back "Live" on a page that already
+    said why it stopped."""
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        context = browser.new_context()
+        context.add_cookies([session_cookie(alice, stack.url)])
+        page = context.new_page()
+        opened: list[str] = []
+        page.on("websocket", lambda ws: opened.append(ws.url) if "no-such-socket" in ws.url else None)
+        page.goto(stack.url + "/jobs/")
+        events = page.evaluate("""() => new Promise((done) => {
+            const seen = [];
+            const socket = LiveSocket.open("/ws/no-such-socket/", {
+                open() { seen.push("open"); },
+                message() {},
+                // dropped: the reconnect is scheduled right after this; the page stops it then
+                retry() { seen.push("retry"); setTimeout(() => { socket.stop(); setTimeout(() => done(seen), 2500); }, 0); },
+            });
+        })""")
+        browser.close()
+    assert events == ["retry"]
+    assert len(opened) == 1, opened  # the scheduled reconnect (after 1 s) never happened
