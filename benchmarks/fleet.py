@@ -494,7 +494,16 @@ async def run(args) -> None:
                 await loop.run_in_executor(None, probe.diagnose, t0)
             await asyncio.sleep(2)
 
+    lags: list[tuple[float, float]] = []  # (when, how late) this process's own event loop woke up
+
+    async def own_lag_forever():
+        while True:
+            began = time.monotonic()
+            await asyncio.sleep(0.05)
+            lags.append((began, time.monotonic() - began - 0.05))
+
     sampler = loop.create_task(sample_forever())
+    lag_probe = loop.create_task(own_lag_forever())
     print(f"console: {console.tree} ({len(console.ports)} daphne), {args.nodes} simulated nodes × 8 GPUs")
 
     # 1. connect
@@ -602,6 +611,9 @@ async def run(args) -> None:
               f"placed→agent p50 {percentile(pushed, 50):.2f} s, p99 {percentile(pushed, 99):.2f} s")
         print(f"  agent message→ack p50 {percentile(acks, 50):.3f} s, p99 {percentile(acks, 99):.3f} s ({len(acks)} messages)")
         print(f"    by message: {TimedSpool.by_kind()}")
+        own = [lag for at, lag in lags if at >= drain_t0]
+        print(f"    of which the simulated fleet's own lag (its one event loop waking late): p50 {percentile(own, 50):.3f} s, "
+              f"p99 {percentile(own, 99):.3f} s, max {max(own, default=0):.3f} s")
         print(f"  console CPU while draining {usage_cpu:.0f} % of one core, RSS {usage_rss:.0f} MB")
         print(f"  scheduler: {len(runs)} runs; run time p50 {percentile(runs, 50) * 1000:.0f} ms, "
               f"p99 {percentile(runs, 99) * 1000:.0f} ms, max {max(runs, default=0) * 1000:.0f} ms")
@@ -624,6 +636,7 @@ async def run(args) -> None:
         for profiler in profilers:
             profiler.wait()
     sampler.cancel()
+    lag_probe.cancel()
     print("timeline (s, connected, Lost, GPUs held %, heartbeat lag p99 s, jobs waiting, GPUs running a command %):")
     for t, connected, lost, busy_pct, lag, waiting, running_pct in probe.timeline[:: max(1, len(probe.timeline) // 40)]:
         print(f"  {t:6.0f} {connected:6d} {lost:5d} {busy_pct:6.1f} {lag:8.2f} {waiting:6d} {running_pct:6.1f}")

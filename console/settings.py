@@ -193,9 +193,10 @@ SCHEDULER_TICK_SECONDS = env_int("SCHEDULER_TICK_SECONDS", 5, minimum=1)
 # a scheduler run starts at least this long after the previous one ended (milliseconds): a
 # burst of events meanwhile (a fleet finishing jobs) is one run that sees them all, not one each
 SCHEDULER_MIN_GAP_MS = env_int("SCHEDULER_MIN_GAP_MS", 500, minimum=0)
-# threads of a console process that store agents' messages (each node's in order): more would
-# take the GIL from the event loop that reads every socket, and add no database throughput
-AGENT_STORE_THREADS = env_int("AGENT_STORE_THREADS", 3, minimum=1)
+# transactions of a console process storing agents' messages at once (each takes what many nodes
+# handed over meanwhile: jobs.gather); two, so that one waiting on a row lock does not stop the
+# rest; more take the GIL from the event loop and wait on each other's job rows
+AGENT_STORE_THREADS = env_int("AGENT_STORE_THREADS", 2, minimum=1)
 # how often the watchdog looks for nodes past their grace (one indexed query)
 NODE_WATCH_SECONDS = env_int("NODE_WATCH_SECONDS", 2, minimum=1)
 

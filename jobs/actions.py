@@ -201,7 +201,7 @@ def apply_transitions(moves: Mapping[TrainingJob, Sequence[Transition]]) -> None
         for step in steps:
             check_transition(job.status, step.status)
             reason = step.reason[:500]
-            history.append(JobStatusChange(job=job, old_status=job.status, new_status=step.status, reason=reason))
+            history.append(JobStatusChange(job_id=job.pk, old_status=job.status, new_status=step.status, reason=reason))
             if job.status in RUNNABLE and step.status not in RUNNABLE:
                 stopping.append(job.pk)  # its placements hold their GPUs only for the stop grace from now
             job.status, job.status_reason = step.status, reason
