@@ -176,10 +176,7 @@ def start_attempts(jobs: Sequence[TrainingJob], attempts: Mapping[int, int], rea
          "current_attempt": ("integer", [attempts[job.pk] for job in jobs])},
         same={"status": JobStatus.CREATING, "updated_at": timezone.now()},
     )
-    JobStatusChange.objects.bulk_create([
-        JobStatusChange(job=job, old_status=job.status, new_status=JobStatus.CREATING, reason=reasons[job.pk][:500])
-        for job in jobs
-    ])
+    _history([(job.pk, job.status, JobStatus.CREATING, reasons[job.pk][:500]) for job in jobs])
     for job in jobs:
         job.status, job.status_reason = JobStatus.CREATING, reasons[job.pk][:500]
         job.current_attempt = attempts[job.pk]
@@ -193,7 +190,7 @@ def apply_transitions(moves: Mapping[TrainingJob, Sequence[Transition]]) -> None
     if not moves:
         return
     now = timezone.now()
-    history: list[JobStatusChange] = []
+    history: list[tuple[int, str, str, str]] = []  # (job, old, new, reason)
     stopping: list[int] = []
     sent: list[tuple[int, int, JobEvent]] = []
     at = now.isoformat()
@@ -201,7 +198,7 @@ def apply_transitions(moves: Mapping[TrainingJob, Sequence[Transition]]) -> None
         for step in steps:
             check_transition(job.status, step.status)
             reason = step.reason[:500]
-            history.append(JobStatusChange(job_id=job.pk, old_status=job.status, new_status=step.status, reason=reason))
+            history.append((job.pk, job.status, step.status, reason))
             if job.status in RUNNABLE and step.status not in RUNNABLE:
                 stopping.append(job.pk)  # its placements hold their GPUs only for the stop grace from now
             job.status, job.status_reason = step.status, reason
@@ -217,12 +214,20 @@ def apply_transitions(moves: Mapping[TrainingJob, Sequence[Transition]]) -> None
          "result_url": ("text", [job.result_url for job in jobs])},
         same={"updated_at": now},
     )
-    JobStatusChange.objects.bulk_create(history)
+    _history(history)
     if stopping:
-        JobAttempt.objects.filter(job_id__in=stopping, number=F("job__current_attempt"), stop_requested_at__isnull=True).update(
+        JobAttempt.objects.filter(job_id__any=stopping, number=F("job__current_attempt"), stop_requested_at__isnull=True).update(
             stop_requested_at=now,
         )
     _send_on_commit(sent)
+
+
+def _history(rows: Sequence[tuple[int, str, str, str]]) -> None:
+    """History rows (job, old status, new status, reason) of a bulk path, in one INSERT."""
+    bulk.insert_each(JobStatusChange, {
+        "job_id": ("bigint", [row[0] for row in rows]), "old_status": ("text", [row[1] for row in rows]),
+        "new_status": ("text", [row[2] for row in rows]), "reason": ("text", [row[3] for row in rows]),
+    }, same={"created_at": timezone.now()})
 
 
 def _send_on_commit(sent: list[tuple[int, int, JobEvent]]) -> None:

@@ -52,13 +52,13 @@ def placement_targets(keys: Iterable[WriteKey]) -> dict[WriteKey, Target | None 
     if not wanted:
         return found
     rows = Placement.objects.filter(
-        node_id__in={key[0] for key in wanted}, attempt__job_id__in={key[1] for key in wanted},
+        node_id__any={key[0] for key in wanted}, attempt__job_id__any={key[1] for key in wanted},
     ).values_list("node_id", "attempt__job_id", "attempt__number", "role", "attempt__job__current_attempt")
     for node_id, job_id, attempt, role, current in rows:
         if (node_id, job_id, attempt, role) in wanted:
             found[(node_id, job_id, attempt, role)] = Target(job_id, attempt, role, current == attempt)
     missing = wanted - found.keys()
-    currents = dict(TrainingJob.objects.filter(pk__in={key[1] for key in missing}).values_list("pk", "current_attempt")) \
+    currents = dict(TrainingJob.objects.filter(pk__any={key[1] for key in missing}).values_list("pk", "current_attempt")) \
         if missing else {}
     for key in missing:
         _, job_id, attempt, role = key

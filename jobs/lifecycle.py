@@ -9,17 +9,19 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
+from psycopg.types.json import Jsonb
 
 from nodeagent.protocol import stream_role
 
 from . import actions, agent_writes, bulk, console_log, failover
 from .choices import JobStatus
-from .models import JobAttempt, Node, Placement, TrainingJob
+from .models import JobAttempt, Node, Placement, PlacementState, TrainingJob
 from .models.attempts import AttemptKind
 from .notify import schedule_on_commit, sync_nodes_on_commit
 from .placement_reports import (
@@ -42,6 +44,10 @@ KIND_BY_STATUS = {
     JobStatus.FAILOVER_IN_PROGRESS: AttemptKind.FAILOVER,
     JobStatus.SPOT_INTERRUPTED: AttemptKind.SPOT_RESUME,
 }
+
+
+# a new placement's other columns (bulk.insert_each names every column without a database default)
+PLACEMENT_DEFAULTS = {"state": PlacementState.ASSIGNED, "message": "", "failure": "", "output_url": "", "warm_released_for": ""}
 
 
 @transaction.atomic
@@ -69,11 +75,13 @@ def start_attempts(placed: Mapping[int, Sequence[Assignment]]) -> dict[int, JobA
         )
         for job in jobs
     ])
-    Placement.objects.bulk_create([
-        Placement(attempt=attempt, node_id=a.node_id, node_name=a.node_name, node_rank=rank, role=stream_role(rank),
-                  gpu_indices=list(a.gpu_indices))
-        for attempt in attempts for rank, a in enumerate(placed[attempt.job_id])
-    ])
+    rows = [(attempt.pk, rank, a) for attempt in attempts for rank, a in enumerate(placed[attempt.job_id])]
+    bulk.insert_each(Placement, {
+        "attempt_id": ("bigint", [pk for pk, _, _ in rows]), "node_id": ("bigint", [a.node_id for _, _, a in rows]),
+        "node_name": ("text", [a.node_name for _, _, a in rows]), "node_rank": ("integer", [rank for _, rank, _ in rows]),
+        "role": ("text", [stream_role(rank) for _, rank, _ in rows]),
+        "gpu_indices": ("jsonb", [Jsonb(list(a.gpu_indices)) for _, _, a in rows]),
+    }, same=PLACEMENT_DEFAULTS)
     reasons = {
         job.pk: _placed_reason(job, attempt, placed[job.pk], causes.get(job.pk, ""))
         for job, attempt in zip(jobs, attempts, strict=True)
@@ -126,10 +134,14 @@ def record_placements(items: Sequence[tuple[int | None, PlacementReport]], with_
     by_job: dict[int, list[int]] = {}
     for index, (_, report) in enumerate(items):
         by_job.setdefault(report.job_id, []).append(index)
-    locked = TrainingJob.objects.select_for_update().filter(pk__in={*by_job, *with_jobs}).order_by("pk")
+    # only what the rules and the bulk writes read: a batch locks hundreds of jobs (a follow-up
+    # reads its job whole, _follow_up)
+    locked = TrainingJob.objects.select_for_update().filter(pk__any={*by_job, *with_jobs}).order_by("pk").only(
+        "pk", "owner_id", "status", "status_reason", "result_url", "current_attempt",
+    )
     jobs = {job.pk: job for job in locked if job.pk in by_job}
     rows = _placements_of(list(jobs))
-    verdicts: list[Verdict] = []
+    verdicts: list[tuple[int, Verdict]] = []
     writes = _ReportWrites(timezone.now())
     for job_id, indexes in sorted(by_job.items()):
         job = jobs.get(job_id)
@@ -146,27 +158,39 @@ def record_placements(items: Sequence[tuple[int | None, PlacementReport]], with_
             writes.add(job, applied, placements)
             if applied.follow_up is not None:
                 writes.flush()  # the follow-up reads what the reports so far wrote
-                job = _follow_up(job, applied.follow_up, placements[applied.follow_up.placement.pk][1])
+                job = _follow_up(job.pk, applied.follow_up)
                 rows.update(_placements_of([job_id]) if job is not None else {job_id: {}})
     writes.flush()
     return [verdict for _, verdict in sorted(verdicts, key=lambda pair: pair[0])]
 
 
-def _placements_of(job_ids: list[int]) -> dict[int, dict[int, tuple[PlacementRow, Placement]]]:
-    """Job id → its current attempt's placements (locked, with their attempt): pk → (row, model)."""
-    found: dict[int, dict[int, tuple[PlacementRow, Placement]]] = {}
+@dataclass(frozen=True)
+class _Attempt:
+    """What the writes read of a placement's attempt."""
+
+    pk: int
+    job_id: int
+    number: int
+    kind: str
+    resume_step: int | None
+
+
+def _placements_of(job_ids: list[int]) -> dict[int, dict[int, tuple[PlacementRow, _Attempt]]]:
+    """Job id → its current attempt's placements (locked): pk → (row, its attempt)."""
+    found: dict[int, dict[int, tuple[PlacementRow, _Attempt]]] = {}
     if not job_ids:
         return found
     placements = (
-        Placement.objects.select_for_update(of=("self",)).select_related("attempt")
-        .filter(attempt__job_id__in=job_ids, attempt__number=F("attempt__job__current_attempt")).order_by("pk")
+        Placement.objects.select_for_update(of=("self",))
+        .filter(attempt__job_id__any=job_ids, attempt__number=F("attempt__job__current_attempt")).order_by("pk")
+        .values_list("pk", "node_id", "role", "state", "exit_code", "exit_signal", "failure", "output_url", "message",
+                     "started_at", "ended_at", "attempt_id", "attempt__job_id", "attempt__number", "attempt__kind",
+                     "attempt__resume_step")
     )
-    for p in placements:
-        row = PlacementRow(
-            pk=p.pk, node_id=p.node_id, role=p.role, state=p.state, exit_code=p.exit_code, exit_signal=p.exit_signal,
-            failure=p.failure, output_url=p.output_url, message=p.message, started_at=p.started_at, ended_at=p.ended_at,
-        )
-        found.setdefault(p.attempt.job_id, {})[p.pk] = (row, p)
+    for pk, node_id, role, state, code, signal, failure, output, message, started, ended, *attempt in placements:
+        row = PlacementRow(pk=pk, node_id=node_id, role=role, state=state, exit_code=code, exit_signal=signal,
+                           failure=failure, output_url=output, message=message, started_at=started, ended_at=ended)
+        found.setdefault(attempt[1], {})[pk] = (row, _Attempt(*attempt))
     return found
 
 
@@ -185,14 +209,14 @@ class _ReportWrites:
     def _clear(self) -> None:
         self.placements: dict[int, PlacementRow] = {}
         self.transitions: dict[int, tuple[TrainingJob, list[Transition]]] = {}
-        self.running: list[JobAttempt] = []
+        self.running: list[_Attempt] = []
         self.ended: list[int] = []  # attempts that ended Completed
         self.freed = False
 
-    def add(self, job: TrainingJob, applied: Applied, placements: Mapping[int, tuple[PlacementRow, Placement]]) -> None:
+    def add(self, job: TrainingJob, applied: Applied, placements: Mapping[int, tuple[PlacementRow, _Attempt]]) -> None:
         for pk in applied.changed:
             self.placements[pk] = placements[pk][0]
-        attempt = next(iter(placements.values()))[1].attempt if placements else None
+        attempt = next(iter(placements.values()))[1] if placements else None
         if applied.transitions:
             self.transitions.setdefault(job.pk, (job, []))[1].extend(applied.transitions)
         if applied.running and attempt is not None:
@@ -214,7 +238,7 @@ class _ReportWrites:
                 same={"running_at": self.now},
             )
         if self.ended:
-            JobAttempt.objects.filter(pk__in=self.ended, ended_at__isnull=True).update(ended_at=self.now, cause="Completed")
+            JobAttempt.objects.filter(pk__any=self.ended, ended_at__isnull=True).update(ended_at=self.now, cause="Completed")
         if self.transitions:
             actions.apply_transitions(dict(self.transitions.values()))
         if self.freed:
@@ -222,12 +246,14 @@ class _ReportWrites:
         self._clear()
 
 
-def _follow_up(job: TrainingJob, follow_up: FollowUp, placement: Placement) -> TrainingJob | None:
-    """Run a decision the report rows alone could not make; the job as it is now (None: gone)."""
+def _follow_up(job_id: int, follow_up: FollowUp) -> TrainingJob | None:
+    """Run a decision the report rows alone could not make (the job's row is locked); the job as
+    it is now (None: gone)."""
+    job = TrainingJob.objects.get(pk=job_id)
     if follow_up.kind == "remove":
         actions.remove_job(job)
         return None
-    placement.refresh_from_db()
+    placement = Placement.objects.select_related("attempt").get(pk=follow_up.placement.pk)
     report = follow_up.report
     evidence = failover.evidence_for(placement)
     if report.image_error:
@@ -235,10 +261,12 @@ def _follow_up(job: TrainingJob, follow_up: FollowUp, placement: Placement) -> T
     elif placement.message and not evidence.log_tail:
         evidence = dataclasses.replace(evidence, log_tail=(placement.message,))
     failover.interrupted(job, placement, evidence)
-    return TrainingJob.objects.select_for_update().filter(pk=job.pk).first()
+    return TrainingJob.objects.filter(pk=job_id).only(
+        "pk", "owner_id", "status", "status_reason", "result_url", "current_attempt",
+    ).first()
 
 
-def _time_lost(attempt: JobAttempt, now: datetime) -> float:
+def _time_lost(attempt: _Attempt, now: datetime) -> float:
     """Work redone since the resumed checkpoint, plus the time without a running attempt."""
     if attempt.kind == AttemptKind.INITIAL:
         return 0.0

@@ -12,7 +12,7 @@ def add_warm_pool_hints(placements: list[protocol.Placement]) -> list[protocol.P
     if not placements:
         return placements
     # by job, matched here: hundreds of nodes' placements at once would be a long OR to plan
-    rows = Placement.objects.filter(attempt__job_id__in={p["job_id"] for p in placements}).values_list(
+    rows = Placement.objects.filter(attempt__job_id__any={p["job_id"] for p in placements}).values_list(
         "attempt__job_id", "attempt__number", "role", "attempt__job__owner_id", "attempt__job__keep_alive_minutes",
         "warm_start__source_job_id",
     )

@@ -182,7 +182,7 @@ def disconnected(node_id: int, session: int) -> None:
 def _desired(node_ids: list[int]):
     """Placements that should run: current attempts of jobs that are Creating or Running."""
     return Placement.objects.filter(
-        node_id__in=node_ids, state__in=HOLDING_STATES,
+        node_id__any=node_ids, state__in=HOLDING_STATES,
         attempt__job__status__in=[JobStatus.CREATING, JobStatus.RUNNING],
         attempt__number=F("attempt__job__current_attempt"),
     )
