@@ -230,6 +230,23 @@ async def test_a_placement_the_agent_saw_end_waits_for_its_exit_report():
     assert job.status == "Running"
 
 
+def hold_row(job_id: int) -> tuple[threading.Thread, threading.Event]:
+    """A slow transaction elsewhere: it holds the job's row until the event is set."""
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with transaction.atomic():
+            TrainingJob.objects.select_for_update().get(pk=job_id)
+            held.set()
+            release.wait(10)
+        connection.close()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert held.wait(5)
+    return holder, release
+
+
 @synced
 async def test_messages_that_arrive_while_one_is_stored_are_stored_in_order_and_answered_together():
     """A busy node's messages do not each wait their own turn: those that arrived while its first
@@ -237,18 +254,7 @@ async def test_messages_that_arrive_while_one_is_stored_are_stored_in_order_and_
     socket, _ = await connect_node("gpu-01")
     job = await sync_to_async(_placed_job)()
     await socket.receive_json_from(timeout=5)  # desired
-    held, release = threading.Event(), threading.Event()
-
-    def hold_the_job_row() -> None:  # a slow transaction elsewhere: the first report waits for it
-        with transaction.atomic():
-            TrainingJob.objects.select_for_update().get(pk=job.pk)
-            held.set()
-            release.wait(10)
-        connection.close()
-
-    holder = threading.Thread(target=hold_the_job_row)
-    holder.start()
-    assert held.wait(5)
+    holder, release = hold_row(job.pk)  # the first report waits for it
     now = time.time()
 
     def report(msg_id: int, state: str) -> dict:
@@ -318,18 +324,7 @@ async def test_messages_that_arrive_while_a_nodes_batch_waits_for_the_store_join
     job = await sync_to_async(_placed_on)("gpu-02", "waiting")
     await busy.receive_json_from(timeout=5)  # desired
     await waiting.receive_json_from(timeout=5)
-    held, release = threading.Event(), threading.Event()
-
-    def hold_the_busy_job() -> None:  # the store's one call waits behind this row
-        with transaction.atomic():
-            TrainingJob.objects.select_for_update().get(pk=busy_job.pk)
-            held.set()
-            release.wait(10)
-        connection.close()
-
-    holder = threading.Thread(target=hold_the_busy_job)
-    holder.start()
-    assert held.wait(5)
+    holder, release = hold_row(busy_job.pk)  # the store's one call waits behind this row
     await busy.send_json_to({"type": "attempt", "msg_id": 1, "job_id": busy_job.pk, "attempt": 1, "role": "master", "state": "preparing"})
     await asyncio.sleep(0.3)  # the store's only call is taken
     base = {"type": "attempt", "job_id": job.pk, "attempt": 1, "role": "master"}

@@ -46,53 +46,36 @@ def test_a_lone_request_is_answered_at_once(pool):
     assert run(gatherer.ask(3)) == 30 and record.calls == [[3]]
 
 
+async def behind_a_running_call(gatherer: Gatherer, record: Recorder, items: list[int]) -> tuple[int, list]:
+    """Ask for 1; while that call runs (held at the recorder's gate), ask for `items`; then let
+    the call end. Returns the first answer and the others' (an exception as its value)."""
+    first = asyncio.ensure_future(gatherer.ask(1))
+    await asyncio.get_running_loop().run_in_executor(None, record.started.wait, 5)
+    later = [asyncio.ensure_future(gatherer.ask(n)) for n in items]
+    await asyncio.sleep(0.05)
+    record.gate.set()
+    return await first, await asyncio.gather(*later, return_exceptions=True)
+
+
 def test_requests_made_while_a_call_runs_are_answered_together_in_order(pool):
     record = Recorder()
     gatherer = Gatherer(record, pool, concurrency=1, limit=100)
-
-    async def scenario():
-        first = asyncio.ensure_future(gatherer.ask(1))
-        await asyncio.get_running_loop().run_in_executor(None, record.started.wait, 5)
-        later = [asyncio.ensure_future(gatherer.ask(n)) for n in (2, 3, 4)]
-        await asyncio.sleep(0.05)
-        record.gate.set()
-        return await first, await asyncio.gather(*later)
-
-    assert run(scenario()) == (10, [20, 30, 40])
+    assert run(behind_a_running_call(gatherer, record, [2, 3, 4])) == (10, [20, 30, 40])
     assert record.calls == [[1], [2, 3, 4]]
 
 
 def test_a_call_takes_no_more_than_its_limit_and_a_heavy_item_goes_alone(pool):
     record = Recorder()
     gatherer = Gatherer(record, pool, concurrency=1, limit=5, weight=lambda item: item)
-
-    async def scenario():
-        first = asyncio.ensure_future(gatherer.ask(1))
-        await asyncio.get_running_loop().run_in_executor(None, record.started.wait, 5)
-        later = [asyncio.ensure_future(gatherer.ask(n)) for n in (2, 3, 9, 1)]
-        await asyncio.sleep(0.05)
-        record.gate.set()
-        await asyncio.gather(first, *later)
-
-    run(scenario())
+    run(behind_a_running_call(gatherer, record, [2, 3, 9, 1]))
     assert record.calls == [[1], [2, 3], [9], [1]]
 
 
 def test_a_failed_call_fails_each_of_its_askers_and_not_the_next_call(pool):
     record = Recorder()
     gatherer = Gatherer(record, pool, concurrency=1, limit=100)
-
-    async def scenario():
-        first = asyncio.ensure_future(gatherer.ask(1))
-        await asyncio.get_running_loop().run_in_executor(None, record.started.wait, 5)
-        bad = [asyncio.ensure_future(gatherer.ask(n)) for n in (-1, 2)]
-        await asyncio.sleep(0.05)
-        record.gate.set()
-        results = await asyncio.gather(*bad, return_exceptions=True)
-        return await first, results, await gatherer.ask(5)
-
-    first, results, after = run(scenario())
-    assert first == 10 and after == 50
+    first, results = run(behind_a_running_call(gatherer, record, [-1, 2]))
+    assert first == 10 and run(gatherer.ask(5)) == 50
     assert [type(r) for r in results] == [ValueError, ValueError]
 
 
