@@ -2,11 +2,12 @@
 
 Thin: jobs.agent_socket checks each message and keeps a bad one from jamming the node; this
 calls jobs.nodes.registry and, through jobs.agent_inbox, jobs.lifecycle / monitoring.ingest. A
-connection's messages are stored in order; those that arrived while earlier ones were being
-stored go to the pool together, and one cumulative `ack` answers them. Nothing on a connection's
-message loop waits for the pool (a heartbeat must not wait behind other nodes' messages). One
-connection per node: a hello opens a new session of the node and the older connection (if any)
-is closed with 4409.
+connection's messages are stored in order: those that arrived while earlier ones were being
+stored are handed over together, the process's store takes many nodes' handovers in one
+transaction (jobs.gather), and one cumulative `ack` answers each. Desired states are read the
+same way, many nodes' in one query. Nothing on a connection's message loop waits for the
+database (a heartbeat must not wait behind other nodes' messages). One connection per node: a
+hello opens a new session of the node and the older connection (if any) is closed with 4409.
 """
 
 from __future__ import annotations

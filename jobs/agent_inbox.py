@@ -1,10 +1,12 @@
-"""Storing an agent's queued messages in one trip to the agents' thread pool.
+"""Storing agents' queued messages: many nodes' at once, each node's in order.
 
-A node sends its messages in order and the console handles them in order, so a busy node's
-messages used to wait for each other: each took its own turn in the pool, behind every other
-node's. Its consumer (jobs.agent_consumer) now hands over all that have arrived meanwhile, and
-this stores them one after another, each in its own transaction as before (a refused or failed
-one costs only itself), and says what became of each, so one cumulative `ack` covers the batch.
+A node sends its messages in order and the console stores them in order; its consumer
+(jobs.agent_consumer) hands over all that arrived meanwhile, and the process's store (jobs.gather)
+passes what many nodes handed over to `store_batches` in one call. The nodes that sent only log
+lines and placement reports (nearly all of a fleet's traffic) are stored together in one
+transaction of a constant number of statements; any other node's messages are stored one after
+another, each in its own transaction (a refused or failed one costs only itself). Either way each
+message gets an outcome, so one cumulative `ack` answers a node's batch.
 """
 
 from __future__ import annotations
@@ -115,6 +117,7 @@ def _store_together(batches: list[tuple[int, list[dict]]]) -> list[list[Outcome]
     # lines of a job whose last report ended its deletion go with it, as when stored before it
     verdicts = lifecycle.record_placements([(node_id, _report(m)) for node_id, m in reports],
                                            with_jobs={m["job_id"] for _, m in lines})
+    # message (by identity: each was parsed from its own frame) → why it was refused, or ""
     refused = dict(zip((id(m) for _, m in lines), ingest.store_batches(lines), strict=True))
     for (_, m), verdict in zip(reports, verdicts, strict=True):
         refused[id(m)] = verdict.reason if verdict.kind == "refused" else ""
