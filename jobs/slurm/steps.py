@@ -96,5 +96,5 @@ def desired(run_id: int, role: str) -> list[protocol.Placement]:
         mount_path=job.volume_mount_path,
         output_prefix=output_prefix(job.pk, attempt.number),
         resume_step=attempt.resume_step, stop_grace_seconds=run.slurm_job.cluster.stop_grace_seconds,
-        env=checkpoint_environment(job),
+        env=checkpoint_environment(job.pk),
     )]
