@@ -17,11 +17,13 @@ import functools
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any, NamedTuple
 
 from django.conf import settings
 from redis.exceptions import RedisError
 
 from nodeagent import protocol
+from nodeagent.protocol_checks import MAX_FRAME_MESSAGES, acknowledgeable
 
 from . import agent_inbox
 from .agent_db import OUTAGE_ERRORS, agent_db, call_with_retries, on_thread
@@ -37,18 +39,27 @@ log = logging.getLogger(__name__)
 # (a placement being stopped within its grace differs for a few beats: that is expected)
 RESYNC_AFTER_DISAGREEMENTS = 3
 REJOIN_EVERY_HEARTBEATS = 5
-# one node's stored messages handed over at once (a reconnecting agent resends thousands)
-MAX_BATCH = 64
+# one node's stored messages handed over at once (a reconnecting agent resends thousands), and
+# the most the agent may send in one frame (the welcome's batch_limit)
+MAX_BATCH = MAX_FRAME_MESSAGES
 # a few threads of their own (AGENT_STORE_THREADS): the per-message retries are inside
 # (jobs.agent_inbox), and hellos and desired-state reads do not queue behind a backlog of them
 STORE_THREADS = ThreadPoolExecutor(settings.AGENT_STORE_THREADS, thread_name_prefix="agent-store")
 
 
+class Entry(NamedTuple):
+    """A node's message waiting to be answered, in order with the others."""
+
+    message: dict
+    raw: str  # its text ("" for a message of a batched frame), kept for staff if it is refused
+    refusal: str = ""  # refused before it was stored (malformed, …): answered in its turn, not stored
+
+
 class Handover:
     """A node's messages handed to the store, in order; more may join until a call takes them."""
 
-    def __init__(self, node_id: int, sender: str, entries: list[tuple[dict, str]]) -> None:
-        self.node_id, self.sender, self.entries = node_id, sender, entries  # (message, its text)
+    def __init__(self, node_id: int, sender: str, entries: list[Entry]) -> None:
+        self.node_id, self.sender, self.entries = node_id, sender, entries
         self.open = True
 
     def close(self) -> None:
@@ -56,7 +67,28 @@ class Handover:
 
 
 def _store(handovers: list[Handover]) -> list[list[agent_inbox.Outcome]]:
-    return agent_inbox.store_batches([(h.node_id, [message for message, _ in h.entries], h.sender) for h in handovers])
+    batches = {i: [entry.message for entry in h.entries if not entry.refusal] for i, h in enumerate(handovers)}
+    stored = dict(zip([i for i in batches if batches[i]], agent_inbox.store_batches(
+        [(h.node_id, batches[i], h.sender) for i, h in enumerate(handovers) if batches[i]],
+    ), strict=True))
+    return [_in_order(h.entries, stored.get(i, [])) for i, h in enumerate(handovers)]
+
+
+def _in_order(entries: list[Entry], stored: list[agent_inbox.Outcome]) -> list[agent_inbox.Outcome]:
+    """Each entry's outcome: the refused ones' own, the others' from the store (which ends at an
+    outage: nothing after it is answered)."""
+    outcomes, results = [], iter(stored)
+    for entry in entries:
+        if entry.refusal:
+            outcomes.append(agent_inbox.Outcome(False, refusal=entry.refusal))
+            continue
+        outcome = next(results, None)
+        if outcome is None:
+            break
+        outcomes.append(outcome)
+        if outcome.outage:
+            break
+    return outcomes
 
 
 # what the nodes hand over while earlier batches are stored goes in one transaction (jobs.gather)
@@ -86,7 +118,7 @@ class AgentConsumer(ProtocolConsumer):
         # accept first so a refusal can carry a readable message before the close
         await self.accept()
         self.beats = 0
-        self.inbox: list[tuple[dict, str]] = []  # stored messages waiting for the drain, in order
+        self.inbox: list[Entry] = []  # messages waiting for the drain, in order
         try:
             self.token = await agent_db(registry.authenticate)(bearer_token(self.scope))
         except registry.AgentRefused as refused:
@@ -128,15 +160,25 @@ class AgentConsumer(ProtocolConsumer):
             await self._heartbeat(message)
             return
         if kind in agent_inbox.STORED_KINDS:
-            # stored in order by one drain per connection, with whatever else arrived meanwhile;
-            # while the drain's batch still waits in the store's queue, it joins that batch
-            handover = self.handover
-            if handover is not None and handover.open and not self.inbox and len(handover.entries) < MAX_BATCH:
-                handover.entries.append((message, raw))
-                return
-            self.inbox.append((message, raw))
-            if self.drainer is None or self.drainer.done():
-                self.drainer = asyncio.get_running_loop().create_task(self._drain())
+            self._queue(Entry(message, raw))
+
+    async def refused(self, message: Any, raw: str, reason: str) -> None:
+        # behind messages still waiting to be stored, its ack would cover them: it waits its turn
+        if self.reports_pending and acknowledgeable(message) is not None:
+            self._queue(Entry(message, raw, reason))
+        else:
+            await self.reject(message, raw, reason)
+
+    def _queue(self, entry: Entry) -> None:
+        """Stored in order by one drain per connection, with whatever else arrived meanwhile;
+        while the drain's batch still waits in the store's queue, a message joins that batch."""
+        handover = self.handover
+        if handover is not None and handover.open and not self.inbox and len(handover.entries) < MAX_BATCH:
+            handover.entries.append(entry)
+            return
+        self.inbox.append(entry)
+        if self.drainer is None or self.drainer.done():
+            self.drainer = asyncio.get_running_loop().create_task(self._drain())
 
     async def _drain(self) -> None:
         try:
@@ -151,10 +193,10 @@ class AgentConsumer(ProtocolConsumer):
         except Exception:  # the socket went meanwhile: the agent sends again what was not acknowledged
             log.warning("could not answer the messages of node %s", self.node_id, exc_info=True)
 
-    async def _answer(self, batch: list[tuple[dict, str]], outcomes: list[agent_inbox.Outcome]) -> None:
+    async def _answer(self, batch: list[Entry], outcomes: list[agent_inbox.Outcome]) -> None:
         """One ack for what was stored; an error (and its own ack) for each refused message."""
         upto = None
-        for (message, raw), outcome in zip(batch, outcomes, strict=False):  # outcomes end at an outage
+        for (message, raw, _), outcome in zip(batch, outcomes, strict=False):  # outcomes end at an outage
             if outcome.outage:
                 if upto is not None:
                     await self.send_json(protocol.Ack(type="ack", upto=upto))
@@ -189,7 +231,7 @@ class AgentConsumer(ProtocolConsumer):
         await self.send_json(protocol.Welcome(
             type="welcome", node_id=node.pk, heartbeat_interval=float(settings.NODE_HEARTBEAT_SECONDS),
             object_storage=started.object_storage,
-            fence_after_seconds=registry.fence_after_seconds(),
+            fence_after_seconds=registry.fence_after_seconds(), batch_limit=MAX_BATCH,
         ))
         self.want_desired()  # aside: the heartbeats behind this hello are read meanwhile
 

@@ -1,7 +1,9 @@
 """What every socket that speaks the agent protocol does with a message before its handler.
 
 Node agents (jobs.agent_consumer) and Slurm step launchers (jobs.slurm.consumer) share it: each
-message is checked against the protocol (nodeagent.protocol_checks) and handled alone.
+message is checked against the protocol (nodeagent.protocol_checks) and handled alone. A frame
+may carry one message (a JSON object) or several in order (a JSON array, nodeagent.protocol
+"Frames"): each element is checked and handled exactly as if it had come in a frame of its own.
 
 - malformed, out of range, or a write the sender may not make: refused — an `error` naming it,
   then `ack` (the sender drops it), and a copy for staff (RejectedAgentMessage); never a 1011;
@@ -40,6 +42,8 @@ def bearer_token(scope) -> str:
 
 def _keep(node_id: int | None, sender: str, message: Any, raw: str, reason: str) -> None:
     kind = message.get("type") if isinstance(message, dict) else None
+    if not raw:  # a message of a batched frame: its own text was never needed until now
+        raw = json.dumps(message)[:MAX_KEPT_BODY]
     RejectedAgentMessage.objects.create(
         node_id=node_id, node_name=sender[:63], msg_type=str(kind or "")[:40], msg_id=acknowledgeable(message),
         reason=reason[:500], body=raw[:MAX_KEPT_BODY],
@@ -63,7 +67,8 @@ class ProtocolConsumer(AsyncWebsocketConsumer):
         await handler(message)
 
     async def handle(self, message: dict, raw: str) -> None:
-        """Handle one checked message (`raw`: its text, kept for staff if it is refused later)."""
+        """Handle one checked message (`raw`: its text, kept for staff if it is refused later;
+        empty for a message of a batched frame, whose text is made only if it is refused)."""
         raise NotImplementedError
 
     async def send_json(self, content: dict) -> None:
@@ -77,6 +82,7 @@ class ProtocolConsumer(AsyncWebsocketConsumer):
     async def degraded(self, why: str) -> None:
         """The console is up but cannot serve: the sender keeps everything and comes back later."""
         log.warning("connection of %s: %s; asked it to retry", self.sender or "an agent", why)
+        self.accepting = False  # what follows on this connection is sent again on the next
         await self.send_json(protocol.Error(type="error", message=f"{why}; keep running and retry", retry=True))
         await self.close(code=protocol.CLOSE_TRY_AGAIN)
 
@@ -84,26 +90,46 @@ class ProtocolConsumer(AsyncWebsocketConsumer):
         if not self.accepting:
             return
         raw = text_data if text_data is not None else ""
-        message: Any = None
+        decoded: Any = None
         try:
             if bytes_data is not None:
                 raise Invalid("binary frames are not part of the agent protocol")
-            message = json.loads(raw)
-            check(message)
+            decoded = json.loads(raw)
         except (ValueError, RecursionError) as exc:  # Invalid, or not JSON at all
-            await self.reject(message, raw or repr(bytes_data)[:MAX_KEPT_BODY], f"malformed message: {exc}")
+            await self.reject(decoded, raw or repr(bytes_data)[:MAX_KEPT_BODY], f"malformed message: {exc}")
+            return
+        if not isinstance(decoded, list):
+            await self._one(decoded, raw)
+            return
+        # a batched frame: its messages in order, each as if alone (a refused one costs only itself);
+        # a close or an outage on the way stops the rest, which the agent sends again
+        for message in decoded:
+            if not self.accepting:
+                return
+            await self._one(message, "")
+
+    async def _one(self, message: Any, raw: str) -> None:
+        try:
+            check(message)
+        except (ValueError, RecursionError) as exc:
+            await self.refused(message, raw, f"malformed message: {exc}")
             return
         try:
             await self.handle(message, raw)
         except RefusedWrite as refused:
-            await self.reject(message, raw, str(refused))
+            await self.refused(message, raw, str(refused))
         except StopConsumer:
             raise
         except OUTAGE_ERRORS:
             await self.degraded("the console cannot reach its database")
         except Exception as exc:  # a message this console cannot store must not jam the sender
             log.exception("could not handle a %s message of %s", message.get("type"), self.sender)
-            await self.reject(message, raw, f"the console could not store this message ({type(exc).__name__}: {exc})")
+            await self.refused(message, raw, f"the console could not store this message ({type(exc).__name__}: {exc})")
+
+    async def refused(self, message: Any, raw: str, reason: str) -> None:
+        """A message was refused before it was stored: answer it. A subclass that stores
+        messages later answers it in order with them (its ack must not cover one not yet stored)."""
+        await self.reject(message, raw, reason)
 
     async def reject(self, message: Any, raw: str, reason: str) -> None:
         msg_id = acknowledgeable(message)

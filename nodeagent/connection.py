@@ -14,13 +14,14 @@ import json
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 
 from . import protocol
+from .protocol_checks import MAX_FRAME_CHARS, MAX_FRAME_MESSAGES
 from .spool import Spool
 from .supervisor import Supervisor
 
@@ -56,6 +57,28 @@ class Backoff:
         self.failures = 30
 
 
+def frames(batch: list[tuple[int, str]], limit: int) -> Iterator[tuple[str, int]]:
+    """Spooled messages (msg_id, text) as frames (text, the last msg_id in it): up to `limit`
+    messages in one frame as a JSON array, in order, within MAX_FRAME_CHARS (a larger message
+    goes alone, as itself). One frame instead of a burst of them costs the console a fraction."""
+    chunk: list[tuple[int, str]] = []
+    size = 0
+    for msg_id, text in batch:
+        if chunk and (len(chunk) == limit or size + len(text) > MAX_FRAME_CHARS):
+            yield _frame(chunk)
+            chunk, size = [], 0
+        chunk.append((msg_id, text))
+        size += len(text) + 1
+    if chunk:
+        yield _frame(chunk)
+
+
+def _frame(chunk: list[tuple[int, str]]) -> tuple[str, int]:
+    if len(chunk) == 1:
+        return chunk[0][1], chunk[0][0]
+    return "[" + ",".join(text for _, text in chunk) + "]", chunk[-1][0]
+
+
 class Connection:
     def __init__(
         self, ws_url: str, token: str, node: protocol.NodeInfo, spool: Spool, supervisor: Supervisor,
@@ -69,6 +92,7 @@ class Connection:
         self.last_contact = 0.0  # loop time; set by the agent at start and on every message
         self.backoff = backoff or Backoff()
         self.heartbeat_interval = protocol.HEARTBEAT_INTERVAL
+        self.batch_limit = 1  # spooled messages per frame: what this session's welcome allows
         self.connected = asyncio.Event()
         self._wake = asyncio.Event()
         self._interval_changed = asyncio.Event()
@@ -106,6 +130,7 @@ class Connection:
 
     async def _session(self, ws: ClientConnection) -> None:
         self._error = ""
+        self.batch_limit = 1  # until this console's welcome says it takes batched frames
         hello = protocol.Hello(
             type="hello", protocol=protocol.PROTOCOL_VERSION, node=self.node, running=self.supervisor.running(),
             ended=self.supervisor.ended(), sent_at=time.time(),
@@ -167,6 +192,7 @@ class Connection:
             self.supervisor.reconcile(message.get("placements") or [])
         elif kind == "welcome":
             self.heartbeat_interval = float(message.get("heartbeat_interval") or protocol.HEARTBEAT_INTERVAL)
+            self.batch_limit = max(1, min(int(message.get("batch_limit") or 1), MAX_FRAME_MESSAGES))
             self._interval_changed.set()
             self.on_welcome(message)  # type: ignore[arg-type]
             self.backoff.reset()  # only a console that accepted us resets the backoff
@@ -195,9 +221,9 @@ class Connection:
                     await self._wake.wait()
                     continue
             self.spool.sync()  # on disk before on the wire: an ack must never cover a message we could lose
-            for msg_id, text in batch:
-                await ws.send(text)
-                sent_upto = msg_id
+            for frame, last in frames(batch, self.batch_limit):
+                await ws.send(frame)
+                sent_upto = last
 
     async def _heartbeat(self, ws: ClientConnection) -> None:
         while True:

@@ -32,6 +32,14 @@ Console → agent
                and kept for staff: it is not re-sent); before a close 4503 `retry: true`
                (the console is degraded: keep everything, reconnect later)
 
+Frames: every message is a JSON object in a text frame of its own, except that a welcome with
+`batch_limit` N > 1 lets the agent send up to N spooled messages (those with a msg_id) in one
+frame, as a JSON array of them in msg_id order. The console handles each element exactly as if
+it had come alone (checked alone; a refused one is answered alone, in its turn) and acknowledges
+them as usual. A burst (a placement's `preparing`, `running` and first lines) is then one frame
+instead of three: a thousand nodes starting at once cost the console a fraction of the frames.
+An agent that was not told a limit (an older console) sends one message per frame.
+
 Limits (sizes, ranges, types) and the check the console applies to every message are in
 nodeagent.protocol_checks.
 """
@@ -198,6 +206,8 @@ class Welcome(TypedDict):
     # cut off from the console this long, the agent stops its own placements (fencing); the
     # console declares the node Lost only later, so work is never run twice
     fence_after_seconds: NotRequired[float]
+    # spooled messages the agent may send in one frame (a JSON array); absent: one per frame
+    batch_limit: NotRequired[int]
 
 
 class Registry(TypedDict):

@@ -20,6 +20,11 @@ MAX_SAMPLES = 2_000
 # The console accepts frames and messages this large (daphne's --websocket-max-*-size): well
 # above the agent's largest message, so a legitimate batch is never cut off by the server
 MAX_MESSAGE_BYTES = 8 * 2**20
+# A batched frame (a JSON array of spooled messages, nodeagent.protocol "Frames"): at most this
+# many messages (the welcome's batch_limit may ask fewer) and this many characters (at most four
+# UTF-8 bytes each: well within MAX_MESSAGE_BYTES); a longer message goes alone
+MAX_FRAME_MESSAGES = 64
+MAX_FRAME_CHARS = 1 * 2**20
 
 # Ranges of what the console stores (PostgreSQL column types)
 MAX_BIGINT = 2**63 - 1

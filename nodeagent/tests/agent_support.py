@@ -57,6 +57,8 @@ class FakeConsole:
         self.connections: list[ServerConnection] = []
         self.server: Server | None = None
         self.ack = True
+        self.batch_limit: int | None = None  # set: the welcome lets the agent batch its frames
+        self.frame_sizes: list[int] = []  # messages in each frame after hello, every connection
         # called with (connection, message) after each message is recorded: scripted misbehaviour
         self.on_message: Callable[[ServerConnection, dict[str, Any]], Any] | None = None
 
@@ -64,16 +66,21 @@ class FakeConsole:
         self.connections.append(ws)
         hello = json.loads(await ws.recv())
         self.hellos.append(hello)
-        await ws.send(json.dumps(protocol.Welcome(
-            type="welcome", node_id=1, heartbeat_interval=0.5, object_storage=self.object_storage)))
+        welcome = protocol.Welcome(type="welcome", node_id=1, heartbeat_interval=0.5, object_storage=self.object_storage)
+        if self.batch_limit is not None:
+            welcome["batch_limit"] = self.batch_limit
+        await ws.send(json.dumps(welcome))
         await ws.send(json.dumps(protocol.Desired(type="desired", placements=self.placements)))
         async for raw in ws:
-            message = json.loads(raw)
-            self.messages.append(message)
-            if self.ack and "msg_id" in message:
-                await ws.send(json.dumps(protocol.Ack(type="ack", upto=message["msg_id"])))
-            if self.on_message is not None:
-                await self.on_message(ws, message)
+            decoded = json.loads(raw)
+            frame = decoded if isinstance(decoded, list) else [decoded]
+            self.frame_sizes.append(len(frame))
+            for message in frame:
+                self.messages.append(message)
+                if self.ack and "msg_id" in message:
+                    await ws.send(json.dumps(protocol.Ack(type="ack", upto=message["msg_id"])))
+                if self.on_message is not None:
+                    await self.on_message(ws, message)
 
     def crash(self, ws: ServerConnection) -> None:
         """Stop listening and cut `ws` without a close frame, as a dying daphne would."""
