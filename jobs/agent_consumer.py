@@ -65,6 +65,10 @@ class Handover:
     def close(self) -> None:
         self.open = False
 
+    def jobs(self) -> set[int]:
+        """The jobs whose rows storing these messages locks: two calls that share one run in series."""
+        return {entry.message["job_id"] for entry in self.entries if not entry.refusal and "job_id" in entry.message}
+
 
 def _store(handovers: list[Handover]) -> list[list[agent_inbox.Outcome]]:
     batches = {i: [entry.message for entry in h.entries if not entry.refusal] for i, h in enumerate(handovers)}
@@ -93,7 +97,7 @@ def _in_order(entries: list[Entry], stored: list[agent_inbox.Outcome]) -> list[a
 
 # what the nodes hand over while earlier batches are stored goes in one transaction (jobs.gather)
 STORE = Gatherer(_store, STORE_THREADS, concurrency=settings.AGENT_STORE_THREADS, limit=512,
-                 weight=lambda handover: len(handover.entries), taken=Handover.close)
+                 weight=lambda handover: len(handover.entries), taken=Handover.close, keys=Handover.jobs)
 # desired states asked for meanwhile are read in one query (a scheduler run places hundreds)
 DESIRED_THREADS = ThreadPoolExecutor(2, thread_name_prefix="agent-desired")
 DESIRED = Gatherer(functools.partial(call_with_retries, registry.desired_placements_of), DESIRED_THREADS,

@@ -95,3 +95,33 @@ def test_an_asker_that_went_away_is_not_served(pool):
 
     assert run(scenario()) == (10, 30)
     assert record.calls == [[1], [3]]
+
+
+def test_a_request_whose_keys_a_running_call_holds_waits_while_others_run_beside_it(pool):
+    """The agents' store: two transactions that write the same job run in series anyway; a call
+    of other jobs' messages runs beside the first instead of waiting behind its locks."""
+    record = Recorder()  # only the call with item 1 waits at the gate
+    keys = {1: {"a"}, 2: {"a"}, 3: {"b"}, 4: {"a", "c"}, 5: {"d"}, 6: {"c"}}
+
+    def call(items: list[int]) -> list[int]:
+        if 1 in items:
+            return record(items)
+        record.calls.append(list(items))
+        return [item * 10 for item in items]
+
+    gatherer = Gatherer(call, pool, concurrency=2, limit=100, keys=keys.__getitem__)
+
+    async def scenario():
+        first = asyncio.ensure_future(gatherer.ask(1))
+        await asyncio.get_running_loop().run_in_executor(None, record.started.wait, 5)
+        later = [asyncio.ensure_future(gatherer.ask(n)) for n in (2, 3, 4, 5, 6)]
+        await asyncio.sleep(0.2)
+        beside = [list(c) for c in record.calls]  # while the first call still runs
+        record.gate.set()
+        return beside, await first, await asyncio.gather(*later)
+
+    beside, first, later = run(scenario())
+    # 2 and 4 write "a", held by the running call; 6 shares "c" with the waiting 4: it keeps its turn
+    assert beside == [[1], [3], [5]]
+    assert record.calls == [[1], [3], [5], [2, 4, 6]]
+    assert (first, later) == (10, [20, 30, 40, 50, 60])
