@@ -108,7 +108,6 @@ class AgentConsumer(ProtocolConsumer):
     session = 0
     token = None
     sent: frozenset[str] = frozenset()  # placement keys of the desired state sent last
-    desired_in_flight = False  # a send of the desired state has begun (the heartbeat book skips it)
     disagreements = 0
     in_group = False
     clock_offset = 0.0  # console time − agent time, measured at hello
@@ -278,15 +277,16 @@ class AgentConsumer(ProtocolConsumer):
         """Messages of this node wait to be stored (their effect on its desired state is to come)."""
         return bool(self.inbox) or (self.drainer is not None and not self.drainer.done())
 
+    @property
+    def desired_in_flight(self) -> bool:
+        """A send of the desired state is asked for or under way (the heartbeat book skips it)."""
+        return self.desired_sender is not None and not self.desired_sender.done()
+
     async def send_desired(self) -> None:
-        self.desired_in_flight = True
-        try:
-            placements = await DESIRED.ask(self.node_id)
-            self.sent = frozenset(protocol.placement_key(p["job_id"], p["attempt"], p["role"]) for p in placements)
-            self.disagreements = 0
-            await self.send_json(protocol.Desired(type="desired", placements=placements))
-        finally:
-            self.desired_in_flight = False
+        placements = await DESIRED.ask(self.node_id)
+        self.sent = frozenset(protocol.placement_key(p["job_id"], p["attempt"], p["role"]) for p in placements)
+        self.disagreements = 0
+        await self.send_json(protocol.Desired(type="desired", placements=placements))
 
     async def superseded(self) -> None:
         await self.send_json(protocol.Error(

@@ -11,12 +11,13 @@ offset measured at its hello: a backlog in the console cannot make a dead node l
 Each flush also compares, in one query, what every node of this process should run with what
 its connection last sent it: a desired-state push lost on the way (Redis full or down, a
 consumer's channel over capacity) is sent again within two flushes, whatever the agent reports.
-The re-send runs as its own task: it reads the node's placements in the shared pool of agent
-messages, and the book's loop must never wait behind that pool's backlog (a flush stalled
-for minutes would stop the console's proof that it listens, and no killed node would be Lost).
-A connection whose send is in flight (a push being handled, or a re-send) is not sent again, nor
-one whose own reports still wait to be stored (they change what it should run: under a backlog
-every node differs for a while, and re-reading them all fed the backlog).
+The book only asks the connection to send it (`want_desired`, the one way a desired state is
+sent: coalesced, off the connection's loop): reading it waits for the agents' database threads,
+and the book's loop must never wait behind their backlog (a flush stalled for minutes would
+stop the console's proof that it listens, and no killed node would be Lost). A connection whose
+send is in flight is not asked again, nor one whose own reports still wait to be stored (they
+change what it should run: under a backlog every node differs for a while, and re-reading them
+all fed the backlog).
 """
 
 from __future__ import annotations
@@ -48,9 +49,7 @@ class AgentConnection(Protocol):
 
     async def declared_lost(self) -> None: ...
 
-    async def send_desired(self) -> None: ...
-
-    def want_desired(self) -> None: ...
+    def want_desired(self) -> None: ...  # send the desired state soon, off the caller's loop
 
 
 class HeartbeatBook:
@@ -59,7 +58,6 @@ class HeartbeatBook:
         # (node id, session) → its open connection in this process
         self.connections: dict[tuple[int, int], AgentConnection] = {}
         self.stale: dict[tuple[int, int], int] = {}
-        self.resending: set[asyncio.Task] = set()  # re-sends under way (a reference keeps each alive)
         self._task: asyncio.Task | None = None
 
     def ensure_running(self) -> None:
@@ -118,18 +116,7 @@ class HeartbeatBook:
             if self.stale[key] >= STALE_CHECKS and key in self.connections:
                 del self.stale[key]
                 log.info("node %s missed a desired-state change; sending it again", key[0])
-                self._resend(connection)
-
-    def _resend(self, connection: AgentConnection) -> None:
-        connection.desired_in_flight = True  # until the send itself begins: the next check skips it
-        task = asyncio.get_running_loop().create_task(connection.send_desired())
-        self.resending.add(task)
-        task.add_done_callback(self._resent)
-
-    def _resent(self, task: asyncio.Task) -> None:
-        self.resending.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.warning("could not send a desired state again", exc_info=task.exception())
+                connection.want_desired()
 
     async def _run(self) -> None:
         while True:

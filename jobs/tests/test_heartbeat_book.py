@@ -22,35 +22,48 @@ from .test_nodes import make_node
 
 
 class FakeConnection:
-    """An agent's connection in this console process, as jobs.heartbeats sees it; its send reads
-    the desired state like the consumer's, and waits at `gate` (a backlog in the message pool)."""
+    """An agent's connection in this console process, as jobs.heartbeats sees it; asked for its
+    desired state, it reads it aside like the consumer, waiting at `gate` (a backlog in the
+    message pool) first."""
 
     def __init__(self, node_id: int, gate: asyncio.Event | None = None) -> None:
         self.node_id, self.gate = node_id, gate
         self.sent: frozenset[str] = frozenset()
-        self.desired_in_flight, self.resent = False, 0
+        self.resent = 0
         self.reports_pending = False
+        self.sending: asyncio.Task | None = None
+
+    @property
+    def desired_in_flight(self) -> bool:
+        return self.sending is not None and not self.sending.done()
 
     async def superseded(self) -> None:  # pragma: no cover - not part of these tests
         raise AssertionError("not superseded here")
 
-    async def send_desired(self) -> None:
-        self.desired_in_flight = True
+    async def declared_lost(self) -> None:  # pragma: no cover - not part of these tests
+        raise AssertionError("not declared Lost here")
+
+    def want_desired(self) -> None:
         self.resent += 1
-        try:
-            if self.gate is not None:
-                await self.gate.wait()
-            self.sent = (await sync_to_async(registry.desired_keys)([self.node_id]))[self.node_id]
-        finally:
-            self.desired_in_flight = False
+        self.sending = asyncio.get_running_loop().create_task(self._send())
+
+    async def _send(self) -> None:
+        if self.gate is not None:
+            await self.gate.wait()
+        self.sent = (await sync_to_async(registry.desired_keys)([self.node_id]))[self.node_id]
+
+
+def sends(book: HeartbeatBook) -> list[asyncio.Task]:
+    """The sends under way (those of an earlier check's event loop are over)."""
+    return [c.sending for c in book.connections.values() if isinstance(c, FakeConnection) and c.desired_in_flight]
 
 
 def checks(book: HeartbeatBook, count: int) -> None:
-    """`count` desired-state checks, then the re-sends they started, in one event loop."""
+    """`count` desired-state checks, then the sends they asked for, in one event loop."""
     async def run() -> None:
         for _ in range(count):
             await book.check_desired()
-        await asyncio.gather(*book.resending)
+        await asyncio.gather(*sends(book))
     asyncio.run(run())
 
 
@@ -105,7 +118,7 @@ def test_a_resend_stuck_behind_the_message_backlog_neither_holds_the_book_nor_is
             await asyncio.wait_for(book.check_desired(), timeout=10)
         assert stuck.resent == 1 and stuck.desired_in_flight  # one re-send, still waiting
         backlog.set()
-        await asyncio.gather(*book.resending)
+        await asyncio.gather(*sends(book))
         return stuck
 
     stuck = asyncio.run(scenario())

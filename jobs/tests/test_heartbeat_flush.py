@@ -41,7 +41,7 @@ class Told:
     async def declared_lost(self) -> None:
         self.lost_count += 1
 
-    async def send_desired(self) -> None:  # pragma: no cover - not part of these tests
+    def want_desired(self) -> None:  # pragma: no cover - not part of these tests
         raise AssertionError("no desired state here")
 
 
