@@ -63,15 +63,18 @@ async def _send_in_order(queue: asyncio.Queue[tuple[str, dict[str, Any]]]) -> No
             log.warning("could not publish %d live event(s)", len(items), exc_info=True)
 
 
-def _enqueue(queue: asyncio.Queue, item: tuple[str, dict[str, Any]]) -> None:
-    try:
-        queue.put_nowait(item)
-    except asyncio.QueueFull:
-        log.warning("live events queue full: dropped %s to %s", item[1].get("type"), item[0])
+def _enqueue(queue: asyncio.Queue, items: list[tuple[str, dict[str, Any]]]) -> None:
+    for item in items:
+        try:
+            queue.put_nowait(item)
+        except asyncio.QueueFull:
+            log.warning("live events queue full: dropped %s to %s", item[1].get("type"), item[0])
 
 
-def _queued(group: str, message: dict[str, Any]) -> bool:
-    """Hand the event to the server loop's sender when there is one; False means send it here."""
+def _queued(items: list[tuple[str, dict[str, Any]]]) -> bool:
+    """Hand the events to the server loop's sender when there is one, all in one hand-over (a
+    batch of agents' reports starts or completes hundreds of jobs: one wake-up of the loop, not
+    one per event); False means send them here."""
     loop, queue = _loop, _queue
     if loop is None or queue is None or not loop.is_running() or loop.is_closed():
         return False
@@ -80,12 +83,12 @@ def _queued(group: str, message: dict[str, Any]) -> bool:
     except RuntimeError:  # a worker thread: no loop of its own
         running = None
     if running is loop:  # already on the server loop (an async consumer)
-        _enqueue(queue, (group, message))
+        _enqueue(queue, items)
         return True
     if running is not None:  # some other loop (a test's): send directly
         return False
     try:
-        loop.call_soon_threadsafe(_enqueue, queue, (group, message))
+        loop.call_soon_threadsafe(_enqueue, queue, items)
         return True
     except RuntimeError:  # the loop closed meanwhile
         return False
@@ -99,8 +102,7 @@ def publish(group: str, message: dict[str, Any]) -> None:
 def publish_many(items: list[tuple[str, dict[str, Any]]]) -> None:
     """Send several events; outside the server loop all of them in one event loop (a scheduler
     run may notify a thousand nodes: one loop and one Redis pool, not one of each per node)."""
-    items = [item for item in items if not _queued(*item)]
-    if not items:
+    if not items or _queued(list(items)):
         return
     layer = get_channel_layer()
     if layer is None:
@@ -135,8 +137,13 @@ async def _send_all(layer: Any, items: list[tuple[str, dict[str, Any]]]) -> None
         log.warning("could not publish to %d of %d group(s): %s", len(failed), len(by_group), failed[0])
 
 
+# the member count of each group key, in one command: a pipeline of one ZCARD per group cost
+# redis-py more to pack and parse than the sends it saved (a fleet's status changes name thousands)
+_COUNT_MEMBERS = "local counts = {} for i, key in ipairs(KEYS) do counts[i] = redis.call('ZCARD', key) end return counts"
+
+
 async def _listened(layer: Any, groups: list[str]) -> set[str]:
-    """The groups that have a member now, asked in one round trip per Redis server: most events
+    """The groups that have a member now, asked in one command per Redis server: most events
     have nobody to reach (a fleet's thousands of status changes a minute, a few pages open), and
     channels_redis' group_send costs two round trips even for an empty group. A member that
     joins just after this misses the event, as it would had it joined just after the send (pages
@@ -150,11 +157,9 @@ async def _listened(layer: Any, groups: list[str]) -> set[str]:
             by_server.setdefault(layer.consistent_hash(group), []).append(group)
         found: set[str] = set()
         for server, names in by_server.items():
-            pipe = layer.connection(server).pipeline(transaction=False)
-            for name in names:
-                pipe.zcard(group_key(name))
-            counts = await pipe.execute()
-            found.update(name for name, count in zip(names, counts, strict=True) if count)
+            count = layer.connection(server).register_script(_COUNT_MEMBERS)  # EVALSHA, loaded once
+            counts = await count(keys=[group_key(name) for name in names])
+            found.update(name for name, members in zip(names, counts, strict=True) if members)
         return found
     except Exception:
         log.warning("could not ask which groups have members; sending to all", exc_info=True)
