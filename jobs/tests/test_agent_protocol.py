@@ -350,16 +350,17 @@ async def test_a_slow_desired_state_read_does_not_hold_up_the_nodes_heartbeats(m
     state waiting for the pool (a push) must not keep its heartbeats from counting (under a
     fleet's backlog they lagged past the grace and live nodes were declared Lost)."""
     socket, welcome = await connect_node("gpu-01")
-    release = threading.Event()
-    desired_placements = registry.desired_placements
+    release, reading = threading.Event(), threading.Event()
+    read = agent_consumer.DESIRED.func
 
-    def slow_read(node_id: int):
+    def slow_read(node_ids: list[int]):
+        reading.set()
         release.wait(15)
-        return desired_placements(node_id)
+        return read(node_ids)
 
-    monkeypatch.setattr(registry, "desired_placements", slow_read)
+    monkeypatch.setattr(agent_consumer.DESIRED, "func", slow_read)
     await get_channel_layer().group_send(node_group(welcome["node_id"]), {"type": "node.sync"})
-    await asyncio.sleep(0.3)  # the read waits
+    assert await sync_to_async(reading.wait)(5)  # the read waits
     sent = time.time()
     await socket.send_json_to({"type": "heartbeat", "running": [], "sent_at": sent})
 
