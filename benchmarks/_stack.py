@@ -117,6 +117,23 @@ class BenchDatabase:
         subprocess.run(["psql", BENCH_PG + "/postgres", "-qc", f"DROP DATABASE IF EXISTS {BENCH_DB} WITH (FORCE)"], check=False)
 
 
+def connected_nodes(count: int) -> None:
+    """`count` connected 8-GPU g2 nodes, bench-0000, bench-0001, … (in a BenchDatabase)."""
+    from django.utils import timezone
+
+    from jobs.models import Node, NodeGPU, ServerType
+
+    g2 = ServerType.objects.get(name="g2")
+    now = timezone.now()
+    rows = Node.objects.bulk_create([
+        Node(name=f"bench-{i:04d}", server_type=g2, address="127.0.0.1", connected=True, last_heartbeat_at=now)
+        for i in range(count)
+    ])
+    NodeGPU.objects.bulk_create([
+        NodeGPU(node=node, index=i, uuid=f"{node.name}-{i}", model="H100", memory_gb=80) for node in rows for i in range(8)
+    ])
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     if not ordered:

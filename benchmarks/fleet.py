@@ -45,6 +45,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from collections import Counter
@@ -392,6 +393,58 @@ def console_usage(pids: list[int], seconds: float) -> tuple[float, float]:
     return used(procs), rss / 2**20
 
 
+class CpuSampler(threading.Thread):
+    """Every half second, the CPU each part of the machine used (daphne, the worker, PostgreSQL,
+    Redis, this fleet), until stopped: a drain's peaks are seconds long, an average over a
+    window after them hides them."""
+
+    def __init__(self, console: Console) -> None:
+        super().__init__(daemon=True)
+        self.groups: dict[str, list[psutil.Process]] = {"fleet": [psutil.Process()], "postgres": [], "redis": []}
+        for name, process in console.processes.items():
+            with contextlib.suppress(psutil.Error):
+                proc = psutil.Process(process.pid)
+                key = "daphne" if name.startswith("daphne") else name
+                self.groups.setdefault(key, []).extend([proc, *proc.children(recursive=True)])
+        for proc in psutil.process_iter(["name"]):
+            name = proc.info["name"] or ""
+            if name.startswith(("postgres", "redis")):
+                self.groups["postgres" if name.startswith("postgres") else "redis"].append(proc)
+        self.samples: list[tuple[float, dict[str, float]]] = []  # (monotonic, group → CPU seconds so far)
+        self.done = threading.Event()
+
+    def _used(self) -> dict[str, float]:
+        used = {}
+        for name, procs in self.groups.items():
+            total = 0.0
+            for proc in procs:
+                with contextlib.suppress(psutil.Error):
+                    total += sum(proc.cpu_times()[:2])
+            used[name] = total
+        return used
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            self.samples.append((time.monotonic(), self._used()))
+            self.done.wait(0.5)
+        self.samples.append((time.monotonic(), self._used()))
+
+    def stop(self) -> str:
+        """Each part's mean share of one core over the run, and its busiest five seconds."""
+        self.done.set()
+        self.join()
+        (t0, first), (t1, last) = self.samples[0], self.samples[-1]
+        parts = []
+        for name in first:
+            peak = 0.0
+            for i, (at, used) in enumerate(self.samples):
+                later = next(((t, u) for t, u in self.samples[i:] if t - at >= 5), None)
+                if later is not None:
+                    peak = max(peak, (later[1][name] - used[name]) / (later[0] - at))
+            parts.append(f"{name} {100 * (last[name] - first[name]) / (t1 - t0):.0f} (busiest 5 s: {100 * peak:.0f})")
+        return ", ".join(parts)
+
+
 def scheduler_runs(log: str) -> list[float]:
     return [float(s) for s in re.findall(r"Task jobs\.tasks\.schedule_jobs\[[^\]]+\] succeeded in ([0-9.e-]+)s", log)]
 
@@ -564,16 +617,25 @@ async def run(args) -> None:
         runs_before = len(scheduler_runs(console.worker_log()))
         drain_t0, drain_wall = time.monotonic(), time.time()
         await loop.run_in_executor(None, probe.cordon_all, False)
+        # from the release on: the first wave (thousands of placements at once) is the hard part
+        profilers = start_profilers(console, args) if args.profile else []
+        sampler_cpu = CpuSampler(console)
+        sampler_cpu.start()
         killed: dict[str, float] = {}
         declared: dict[str, float] = {}
+
+        since_beat: dict[str, float] = {}  # seconds from the node's last heartbeat (as sent) to Lost
 
         async def watch_killed():
             while len(declared) < len(killed):
                 rows = await loop.run_in_executor(None, lambda: probe.db.execute(
-                    "SELECT name FROM jobs_node WHERE lost AND name = ANY(%s)", [list(killed)]).fetchall())
-                for (name,) in rows:
-                    declared.setdefault(name, time.monotonic() - killed[name])
-                await asyncio.sleep(1)
+                    "SELECT name, extract(epoch FROM last_sent_at) FROM jobs_node WHERE lost AND name = ANY(%s)",
+                    [list(killed)]).fetchall())
+                for name, last_sent in rows:
+                    if name not in declared:
+                        declared[name] = time.monotonic() - killed[name]
+                        since_beat[name] = time.time() - float(last_sent) if last_sent is not None else float("nan")
+                await asyncio.sleep(0.5)
 
         watcher = None
         if args.kill:
@@ -582,10 +644,9 @@ async def run(args) -> None:
                 agent.kill()
                 killed[agent.name] = time.monotonic()
             watcher = loop.create_task(watch_killed())
-        profilers = start_profilers(console, args) if args.profile else []
-        usage_cpu, usage_rss = await loop.run_in_executor(None, console_usage, console.pids(), 10)
         await wait_until_ended(loop, probe, args.max_drain_seconds)
         drained_in = time.monotonic() - drain_t0
+        drain_cpu = sampler_cpu.stop()
         if watcher is not None:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(watcher, timeout=GRACE * 3)
@@ -614,7 +675,7 @@ async def run(args) -> None:
         own = [lag for at, lag in lags if at >= drain_t0]
         print(f"    of which the simulated fleet's own lag (its one event loop waking late): p50 {percentile(own, 50):.3f} s, "
               f"p99 {percentile(own, 99):.3f} s, max {max(own, default=0):.3f} s")
-        print(f"  console CPU while draining {usage_cpu:.0f} % of one core, RSS {usage_rss:.0f} MB")
+        print(f"  CPU while draining, % of one core (the machine has {psutil.cpu_count()}): {drain_cpu}")
         print(f"  scheduler: {len(runs)} runs; run time p50 {percentile(runs, 50) * 1000:.0f} ms, "
               f"p99 {percentile(runs, 99) * 1000:.0f} ms, max {max(runs, default=0) * 1000:.0f} ms")
         watchdog = watchdog_runs(console.worker_log(), drain_wall)
@@ -631,8 +692,11 @@ async def run(args) -> None:
             print(f"  not completed: {count} × {reason}")
         if killed:
             times = list(declared.values())
+            beats = list(since_beat.values())
             print(f"  killed {len(killed)} nodes: {len(times)} declared Lost, after {percentile(times, 50):.1f} s median, "
-                  f"{max(times, default=float('nan')):.1f} s at most (grace {GRACE} s, watchdog every 5 s)")
+                  f"{max(times, default=float('nan')):.1f} s at most; {percentile(beats, 50):.1f} s median, "
+                  f"{max(beats, default=float('nan')):.1f} s at most after the last heartbeat it sent "
+                  f"(grace {GRACE} s, watchdog every 5 s, seen every 0.5 s)")
         for profiler in profilers:
             profiler.wait()
     sampler.cancel()
@@ -657,7 +721,7 @@ def start_profilers(console: Console, args) -> list[subprocess.Popen]:
     py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     return [
         subprocess.Popen(
-            [py_spy, "record", "--pid", str(process.pid), "--format", "raw", "--rate", "50", "--subprocesses",
+            [py_spy, "record", "--pid", str(process.pid), "--format", "raw", "--rate", str(args.profile_rate), "--subprocesses", "--nonblocking",
              "-o", str(Path(args.profile) / f"{name}.txt"), "--duration", str(int(args.profile_seconds))],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         for name, process in console.processes.items() if name.startswith(("daphne", "worker"))
@@ -677,8 +741,9 @@ def main() -> None:
     parser.add_argument("--daphnes", type=int, default=1, help="daphne processes (agents are spread over them)")
     parser.add_argument("--clients", type=int, default=4, help="threads creating jobs through the API")
     parser.add_argument("--console-tree", default="", help="run the console from this checkout instead")
-    parser.add_argument("--profile", default="", help="a directory: py-spy samples daphne and the worker during the jobs")
+    parser.add_argument("--profile", default="", help="a directory: py-spy samples daphne and the worker from the backlog's release on")
     parser.add_argument("--profile-seconds", type=float, default=60)
+    parser.add_argument("--profile-rate", type=int, default=50, help="py-spy samples per second")
     parser.add_argument("--diagnose", action="store_true", help="every 10 s: the longest transactions and listening")
     args = parser.parse_args()
     asyncio.run(run(args))

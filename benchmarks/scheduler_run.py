@@ -26,26 +26,16 @@ import statistics
 import time
 from unittest import mock
 
-from _stack import BenchDatabase
+from _stack import BenchDatabase, connected_nodes
 
 
 def populate(nodes: int, jobs: int, seed: int = 7) -> None:
     from django.contrib.auth import get_user_model
-    from django.utils import timezone
 
     from jobs import actions
-    from jobs.models import Node, NodeGPU, ServerType
     from workspaces.models import Quota
 
-    g2 = ServerType.objects.get(name="g2")
-    now = timezone.now()
-    rows = Node.objects.bulk_create([
-        Node(name=f"bench-{i:04d}", server_type=g2, address="127.0.0.1", connected=True, last_heartbeat_at=now)
-        for i in range(nodes)
-    ])
-    NodeGPU.objects.bulk_create([
-        NodeGPU(node=node, index=i, uuid=f"{node.name}-{i}", model="H100", memory_gb=80) for node in rows for i in range(8)
-    ])
+    connected_nodes(nodes)
     users = [get_user_model().objects.create(username=f"user{i}") for i in range(20)]
     for user in users[::4]:
         Quota.objects.create(user=user, max_gpus_in_use=64)

@@ -1,0 +1,136 @@
+"""The console's store of a fleet's first wave: what one daphne does per message. Prints figures.
+
+Run: `.venv/bin/python benchmarks/agent_store.py [--nodes 1000] [--rounds 3]`.
+A throw-away PostgreSQL database holds `--nodes` 8-GPU nodes and queued jobs; the real
+scheduler run places them, then the messages each node's agent sends at once as it starts its
+placements (`preparing`, `running`, its first log lines) and, later, as they end (`exited`), are
+stored through the console's own path (jobs.agent_inbox.store_batches) in batches as the
+process's store gathers them, timed; and the desired states of those nodes are read as a push
+does (jobs.nodes.registry.desired_placements_of).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import random
+import statistics
+import time
+from unittest import mock
+
+from _stack import BenchDatabase, connected_nodes
+
+BATCH = 512  # messages per store call (jobs.agent_consumer STORE's limit)
+
+
+def populate(nodes: int, jobs: int, seed: int = 7) -> None:
+    from django.contrib.auth import get_user_model
+
+    from jobs import actions
+
+    connected_nodes(nodes)
+    users = [get_user_model().objects.create(username=f"user{i}") for i in range(4)]
+    rng = random.Random(seed)
+    for i in range(jobs):
+        gpus, count = rng.choice([1, 2, 4, 8]), rng.choice([1, 1, 2])
+        actions.create_job(users[i % 4], {
+            "name": f"job-{i}", "learning_type": "on_demand", "framework": "pytorch", "framework_version": "2.13.0",
+            "failover_enabled": False, "server_type": "g2", "gpus_per_node": gpus, "memory_gb": 256 * gpus,
+            "node_count": count, "shm_size_gb": 8, "image_url": "registry/trainer:1", "registry_username": "",
+            "volume_mount_path": "", "script_url": "", "command": "sleep 10",
+        }, [])
+
+
+def wave(kind: str) -> list[tuple[int, list[dict], str]]:
+    """What every node sends for its current placements: as it starts them, or as they exit."""
+    from jobs.models import Placement
+
+    by_node: dict[int, list[dict]] = {}
+    for node_id, job_id, number, role in Placement.objects.filter(state__in=["assigned", "preparing", "running"]).values_list(
+        "node_id", "attempt__job_id", "attempt__number", "role",
+    ).order_by("node_id", "pk"):
+        messages = by_node.setdefault(node_id, [])
+        base = {"job_id": job_id, "attempt": number, "role": role}
+        now = time.time()
+        if kind == "start":
+            messages += [
+                {"type": "attempt", "state": "preparing", **base},
+                {"type": "attempt", "state": "running", **base},
+                {"type": "logs", "job_id": job_id, "attempt": number, "stream": role,
+                 "lines": [[1, now, "[INFO] Starting the command: sleep 10"], [2, now, "training"]]},
+            ]
+        else:
+            messages.append({"type": "attempt", "state": "exited", "exit_code": 0, **base})
+    for messages in by_node.values():
+        for i, message in enumerate(messages, start=1):
+            message["msg_id"] = i if kind == "start" else 100 + i
+    return [(node_id, messages, f"bench-{node_id}") for node_id, messages in by_node.items()]
+
+
+def gathered(batches: list[tuple[int, list[dict], str]]) -> list[list[tuple[int, list[dict], str]]]:
+    calls, current, weight = [], [], 0
+    for batch in batches:
+        if current and weight + len(batch[1]) > BATCH:
+            calls.append(current)
+            current, weight = [], 0
+        current.append(batch)
+        weight += len(batch[1])
+    return [*calls, current] if current else calls
+
+
+def timed_store(batches, profile: cProfile.Profile | None) -> tuple[float, float, int]:
+    from jobs.agent_inbox import store_batches
+
+    calls = gathered(batches)
+    messages = sum(len(m) for _, m, _ in batches)
+    cpu, wall = time.process_time(), time.perf_counter()
+    for call in calls:
+        if profile is not None:
+            profile.enable()
+        outcomes = store_batches(call)
+        if profile is not None:
+            profile.disable()
+        assert all(o.stored for node in outcomes for o in node), "a message was refused"
+    return time.perf_counter() - wall, time.process_time() - cpu, messages
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--profile", default="", help="a file: cProfile statistics of the stores")
+    args = parser.parse_args()
+    with BenchDatabase(), mock.patch("jobs.notify.request_schedule"), mock.patch("jobs.notify.publish_node_sync"):
+        from jobs import scheduler_run
+        from jobs.models import Node
+        from jobs.nodes import registry
+
+        populate(args.nodes, jobs=2 * args.nodes * args.rounds)  # a full cluster every round
+        profile = cProfile.Profile() if args.profile else None
+        node_ids = list(Node.objects.order_by("pk").values_list("pk", flat=True))
+        figures: dict[str, list[tuple[float, float, int]]] = {"start": [], "exit": [], "desired": []}
+        for _ in range(args.rounds):
+            scheduler_run.run()
+            cpu, wall = time.process_time(), time.perf_counter()
+            read = sum(len(placements) for i in range(0, len(node_ids), 500)
+                       for placements in registry.desired_placements_of(node_ids[i:i + 500]))
+            figures["desired"].append((time.perf_counter() - wall, time.process_time() - cpu, read))
+            for kind in ("start", "exit"):
+                figures[kind].append(timed_store(wave(kind), profile))
+        for kind, label in (("desired", "desired states read, 500 nodes at a time (placements)"),
+                            ("start", "first wave stored (messages)"),
+                            ("exit", "exits stored (messages)")):
+            walls = [w for w, _, _ in figures[kind]]
+            cpus = [c for _, c, _ in figures[kind]]
+            count = statistics.mean(n for _, _, n in figures[kind])
+            print(f"{label}: {count:.0f} per round; wall median {statistics.median(walls):.3f} s "
+                  f"({statistics.median(walls) / count * 1e6:.0f} µs each), CPU {statistics.median(cpus):.3f} s "
+                  f"({statistics.median(cpus) / count * 1e6:.0f} µs each)")
+        if profile is not None:
+            profile.dump_stats(args.profile)
+            pstats.Stats(args.profile).sort_stats("cumulative").print_stats(40)
+
+
+if __name__ == "__main__":
+    main()
