@@ -50,7 +50,7 @@ STORE_THREADS = ThreadPoolExecutor(settings.AGENT_STORE_THREADS, thread_name_pre
 class Entry(NamedTuple):
     """A node's message waiting to be answered, in order with the others."""
 
-    message: dict
+    message: Any  # a checked message; a refused one may be anything (a whole batched frame: a list)
     raw: str  # its text ("" for a message of a batched frame), kept for staff if it is refused
     refusal: str = ""  # refused before it was stored (malformed, …): answered in its turn, not stored
 

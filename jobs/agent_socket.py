@@ -3,7 +3,8 @@
 Node agents (jobs.agent_consumer) and Slurm step launchers (jobs.slurm.consumer) share it: each
 message is checked against the protocol (nodeagent.protocol_checks) and handled alone. A frame
 may carry one message (a JSON object) or several in order (a JSON array, nodeagent.protocol
-"Frames"): each element is checked and handled exactly as if it had come in a frame of its own.
+"Frames"): each element is checked and handled exactly as if it had come in a frame of its own;
+an array that is not 1 to 64 objects is refused whole.
 
 - malformed, out of range, or a write the sender may not make: refused — an `error` naming it,
   then `ack` (the sender drops it), and a copy for staff (RejectedAgentMessage); never a 1011;
@@ -22,7 +23,7 @@ from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncWebsocketConsumer
 
 from nodeagent import protocol
-from nodeagent.protocol_checks import Invalid, acknowledgeable, check
+from nodeagent.protocol_checks import Invalid, acknowledgeable, check, check_frame
 
 from .agent_db import OUTAGE_ERRORS, agent_db
 from .agent_writes import RefusedWrite
@@ -100,6 +101,11 @@ class ProtocolConsumer(AsyncWebsocketConsumer):
             return
         if not isinstance(decoded, list):
             await self._one(decoded, raw)
+            return
+        try:
+            check_frame(decoded)
+        except Invalid as exc:  # refused whole, acknowledged up to its highest msg_id
+            await self.refused(decoded, raw, f"malformed message: {exc}")
             return
         # a batched frame: its messages in order, each as if alone (a refused one costs only itself);
         # a close or an outage on the way stops the rest, which the agent sends again

@@ -220,8 +220,22 @@ def check(message: Any) -> None:
     CHECKS[kind](message)
 
 
+def check_frame(frame: list[Any]) -> None:
+    """Raise Invalid unless a batched frame (a JSON array) holds 1 to MAX_FRAME_MESSAGES messages,
+    each a JSON object (each is then checked alone). Refused whole otherwise: one frame cannot
+    make the console refuse, answer and keep thousands of things."""
+    if not 1 <= len(frame) <= MAX_FRAME_MESSAGES:
+        raise Invalid(f"a batched frame holds 1 to {MAX_FRAME_MESSAGES} messages, not {len(frame)}")
+    for message in frame:
+        if not isinstance(message, dict):
+            raise Invalid(f"a batched frame holds messages (JSON objects), not {type(message).__name__}")
+
+
 def acknowledgeable(message: Any) -> int | None:
-    """The msg_id to acknowledge a refused message with, so the agent drops it (None: none usable)."""
+    """The msg_id to acknowledge a refused message with, so the agent drops it (None: none usable);
+    of a refused batched frame, the highest of its messages'."""
+    if isinstance(message, list):
+        return max((found for m in message if (found := acknowledgeable(m)) is not None), default=None)
     if isinstance(message, dict):
         msg_id = message.get("msg_id")
         if isinstance(msg_id, int) and not isinstance(msg_id, bool) and 1 <= msg_id <= MAX_BIGINT:

@@ -68,21 +68,40 @@ async def test_the_welcome_lets_the_agent_batch_and_a_batched_frame_is_stored_un
 async def test_a_bad_message_in_a_batched_frame_is_refused_alone_and_kept_for_staff():
     socket, _, job = await placed()
     bad = {**report(job, 2, "running"), "state": "dancing"}
-    not_an_object = ["an", "array"]
-    await socket.send_to(text_data=json.dumps([report(job, 1, "preparing"), bad, not_an_object,
-                                               report(job, 3, "running"), lines(job, 4, "step 1")]))
+    await socket.send_to(text_data=json.dumps([report(job, 1, "preparing"), bad, report(job, 3, "running"),
+                                               lines(job, 4, "step 1")]))
     got = await replies(socket, 3)
-    # the array element without a msg_id is refused at once (there is nothing to acknowledge)
-    assert got[0]["type"] == "error" and "JSON object" in got[0]["message"] and "msg_id" not in got[0]
-    assert got[1]["type"] == "error" and got[1]["msg_id"] == 2 and "state" in got[1]["message"]
-    assert got[2:] == [{"type": "ack", "upto": 2}]
-    assert await replies(socket, 1) == [{"type": "ack", "upto": 4}]
+    assert got[0]["type"] == "error" and got[0]["msg_id"] == 2 and "state" in got[0]["message"]
+    assert got[1:] == [{"type": "ack", "upto": 2}, {"type": "ack", "upto": 4}]
     await sync_to_async(job.refresh_from_db)()
     assert job.status == "Running"
     assert await sync_to_async(stored_lines)(job) == ["step 1"]
-    kept = await sync_to_async(lambda: list(RejectedAgentMessage.objects.order_by("pk").values_list("msg_id", "body")))()
-    assert [msg_id for msg_id, _ in kept] == [None, 2]
-    assert json.loads(kept[1][1]) == bad  # its own text, though it came inside a frame of five
+    kept = await sync_to_async(lambda: list(RejectedAgentMessage.objects.values_list("msg_id", "body")))()
+    assert len(kept) == 1 and kept[0][0] == 2
+    assert json.loads(kept[0][1]) == bad  # its own text, though it came inside a frame of four
+    await socket.disconnect()
+
+
+@synced
+@pytest.mark.parametrize("frame", [
+    pytest.param(lambda job: [report(job, 1, "preparing"), ["not", "a message"], report(job, 2, "running")], id="not-an-object"),
+    pytest.param(lambda job: [lines(job, i, f"line {i}") for i in range(1, MAX_BATCH + 2)], id="too-many"),
+    pytest.param(lambda job: [], id="empty"),
+])
+async def test_a_batched_frame_that_is_not_1_to_64_messages_is_refused_whole(frame):
+    """One frame must not make the console refuse, answer and keep thousands of things: it is one
+    malformed message, acknowledged up to its highest msg_id (the agent drops it) and kept."""
+    socket, _, job = await placed()
+    sent = frame(job)
+    await socket.send_to(text_data=json.dumps(sent))
+    highest = max((m["msg_id"] for m in sent if isinstance(m, dict)), default=None)
+    got = await replies(socket, 1 if highest is None else 2)
+    assert got[0]["type"] == "error" and got[0]["message"].startswith("malformed message: a batched frame")
+    assert got[1:] == ([] if highest is None else [{"type": "ack", "upto": highest}])
+    assert await socket.receive_nothing(timeout=0.3)
+    await sync_to_async(job.refresh_from_db)()
+    assert job.status == "Creating" and await sync_to_async(stored_lines)(job) == []  # nothing of it stored
+    assert await sync_to_async(RejectedAgentMessage.objects.count)() == 1
     await socket.disconnect()
 
 
