@@ -21,7 +21,7 @@ from unittest import mock
 
 from _stack import BenchDatabase, connected_nodes
 
-BATCH = 512  # messages per store call (jobs.agent_consumer STORE's limit)
+BATCH = 2048  # messages per store call at most (jobs.agent_consumer.STORE_BATCH_MESSAGES); --batch to try others
 
 
 def populate(nodes: int, jobs: int, seed: int = 7) -> None:
@@ -68,10 +68,10 @@ def wave(kind: str) -> list[tuple[int, list[dict], str]]:
     return [(node_id, messages, f"bench-{node_id}") for node_id, messages in by_node.items()]
 
 
-def gathered(batches: list[tuple[int, list[dict], str]]) -> list[list[tuple[int, list[dict], str]]]:
+def gathered(batches: list[tuple[int, list[dict], str]], limit: int) -> list[list[tuple[int, list[dict], str]]]:
     calls, current, weight = [], [], 0
     for batch in batches:
-        if current and weight + len(batch[1]) > BATCH:
+        if current and weight + len(batch[1]) > limit:
             calls.append(current)
             current, weight = [], 0
         current.append(batch)
@@ -79,10 +79,10 @@ def gathered(batches: list[tuple[int, list[dict], str]]) -> list[list[tuple[int,
     return [*calls, current] if current else calls
 
 
-def timed_store(batches, profile: cProfile.Profile | None) -> tuple[float, float, int]:
+def timed_store(batches, profile: cProfile.Profile | None, limit: int) -> tuple[float, float, int]:
     from jobs.agent_inbox import store_batches
 
-    calls = gathered(batches)
+    calls = gathered(batches, limit)
     messages = sum(len(m) for _, m, _ in batches)
     cpu, wall = time.process_time(), time.perf_counter()
     for call in calls:
@@ -99,6 +99,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--batch", type=int, default=BATCH, help="messages per store call")
     parser.add_argument("--profile", default="", help="a file: cProfile statistics of the stores")
     args = parser.parse_args()
     with BenchDatabase(), mock.patch("jobs.notify.request_schedule"), mock.patch("jobs.notify.publish_node_sync"):
@@ -117,7 +118,7 @@ def main() -> None:
                        for placements in registry.desired_placements_of(node_ids[i:i + 500]))
             figures["desired"].append((time.perf_counter() - wall, time.process_time() - cpu, read))
             for kind in ("start", "exit"):
-                figures[kind].append(timed_store(wave(kind), profile))
+                figures[kind].append(timed_store(wave(kind), profile, args.batch))
         for kind, label in (("desired", "desired states read, 500 nodes at a time (placements)"),
                             ("start", "first wave stored (messages)"),
                             ("exit", "exits stored (messages)")):
