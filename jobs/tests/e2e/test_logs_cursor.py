@@ -26,9 +26,14 @@ from .test_logs_live import session_cookie
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
 
 LINES_PER_NODE = 30_000
+FIRST_PART = 10_000  # per node, before the Logs tab's reconnect: see CATCH_UP_LIMIT below
+DROP_AFTER = 5_000  # lines the Logs tab reads before its connection drops
 # both nodes print as fast as the agents ship: many batches of the two streams commit concurrently;
-# they start once the readers are watching (the file appears on this same machine)
-COMMAND = 'while [ ! -e {go} ]; do sleep 0.1; done; seq 1 {lines} | sed "s/^/line /"'
+# they start once the readers are watching (the files appear on this same machine). The rest
+# waits for the tab's reconnect: a page further behind than the console's CATCH_UP_LIMIT (20,000)
+# starts afresh from the tail, and two agents store 20,000 lines in well under a second
+COMMAND = ('while [ ! -e {go} ]; do sleep 0.1; done; seq 1 {first} | sed "s/^/line /"; '
+           'while [ ! -e {rest} ]; do sleep 0.1; done; seq {after_first} {lines} | sed "s/^/line /"')
 
 
 class Poller(threading.Thread):
@@ -72,25 +77,31 @@ class LogsTab(threading.Thread):
         self.seen: Counter = Counter()
         self.cursor = ""
         self.reconnects = 0
+        self.kinds: list[str] = []  # each session's first event: log.backlog, or log.append on a resume
         self.connected = threading.Event()
+        self.resumed = threading.Event()
         self.done = threading.Event()
 
     def _session(self, drop_after: int | None) -> None:
         url = self.url + (f"?after={self.cursor}" if self.cursor else "")
         with connect(url, additional_headers=self.headers, max_size=2**26) as socket:
+            first = True
             while not self.done.is_set():
                 try:
                     event = json.loads(socket.recv(timeout=0.5))
                 except TimeoutError:
                     continue
+                if first:
+                    self.kinds.append(event["type"])
+                    first = False
                 self.seen.update((line["stream"], line["attempt"], line["seq"]) for line in event["lines"])
                 self.cursor = event["cursor"]
-                self.connected.set()
+                (self.resumed if self.reconnects else self.connected).set()
                 if drop_after is not None and sum(self.seen.values()) >= drop_after:
                     return  # the connection drops here; lines stored meanwhile wait for the resume
 
     def run(self) -> None:
-        self._session(drop_after=LINES_PER_NODE // 2)
+        self._session(drop_after=DROP_AFTER)
         time.sleep(0.5)
         self.reconnects += 1
         self._session(drop_after=None)
@@ -99,8 +110,9 @@ class LogsTab(threading.Thread):
 def test_every_line_of_two_parallel_agents_is_read_exactly_once(alice, stack, start_nodes, tmp_path):
     start_nodes("node-a", "node-b")
     token = Token.objects.create(user=alice).key
-    go = tmp_path / "go"
-    job = create_job(alice, "two-streams", COMMAND.format(go=go, lines=LINES_PER_NODE), node_count=2)
+    go, rest = tmp_path / "go", tmp_path / "rest"
+    command = COMMAND.format(go=go, rest=rest, first=FIRST_PART, after_first=FIRST_PART + 1, lines=LINES_PER_NODE)
+    job = create_job(alice, "two-streams", command, node_count=2)
     url = f"{stack.url}/api/v1/training-jobs/{job.pk}/logs/"
     cursor_poller, since_poller = Poller(url, token, "cursor"), Poller(url, token, "since")
     tab = LogsTab(stack.url, job.pk, session_cookie(alice, stack.url))
@@ -108,6 +120,8 @@ def test_every_line_of_two_parallel_agents_is_read_exactly_once(alice, stack, st
         reader.start()
     assert tab.connected.wait(30), "the Logs tab did not connect"
     go.touch()
+    assert tab.resumed.wait(120), "the Logs tab did not resume after its drop"
+    rest.touch()  # the rest streams in while the resumed tab follows
 
     job = wait_for_status(job.pk, "Completed", "Failed", timeout=180)
     assert job.status == "Completed", job.status_reason
@@ -128,6 +142,7 @@ def test_every_line_of_two_parallel_agents_is_read_exactly_once(alice, stack, st
     assert max(cursor_poller.seen.values()) == 1, "the cursor returned a line twice"
     assert cursor_poller.seen == rows, f"the cursor missed {len(rows - cursor_poller.seen)} lines"
     assert tab.reconnects == 1
+    assert tab.kinds == ["log.backlog", "log.append"], "the resume did not continue from the cursor"
     assert max(tab.seen.values()) == 1, "the Logs tab got a line twice"
     assert tab.seen == rows, f"the Logs tab missed {len(rows - tab.seen)} lines across its reconnect"
     # for the record (timing-dependent, not asserted): what the deprecated id cursor missed
