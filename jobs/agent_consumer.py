@@ -28,6 +28,7 @@ from nodeagent.protocol_checks import MAX_FRAME_MESSAGES, acknowledgeable
 from . import agent_inbox
 from .agent_db import OUTAGE_ERRORS, agent_db, call_with_retries, on_thread
 from .agent_socket import ProtocolConsumer, bearer_token
+from .clock_offset import ClockOffset
 from .gather import Gatherer
 from .heartbeats import BOOK, BOOK_THREAD
 from .node_sync import LISTENER
@@ -114,7 +115,6 @@ class AgentConsumer(ProtocolConsumer):
     sent: frozenset[str] = frozenset()  # placement keys of the desired state sent last
     disagreements = 0
     in_group = False
-    clock_offset = 0.0  # console time − agent time, measured at hello
     drainer: asyncio.Task | None = None  # storing the inbox's messages (set up in connect)
     handover: Handover | None = None  # the drain's messages waiting in the store's queue
     desired_sender: asyncio.Task | None = None  # want_desired's send under way
@@ -125,6 +125,7 @@ class AgentConsumer(ProtocolConsumer):
         # accept first so a refusal can carry a readable message before the close
         await self.accept()
         self.beats = 0
+        self.clock = ClockOffset()  # console time − agent time, from the send stamps of hello and heartbeats
         self.inbox: list[Entry] = []  # messages waiting for the drain, in order
         try:
             self.token = await agent_db(registry.authenticate)(bearer_token(self.scope))
@@ -220,6 +221,8 @@ class AgentConsumer(ProtocolConsumer):
             await self.send_json(protocol.Ack(type="ack", upto=upto))
 
     async def _hello(self, hello: protocol.Hello) -> None:
+        if hello.get("sent_at") is not None:  # read now, before the registry's wait for a database thread
+            self.clock.observe(time.time(), float(hello["sent_at"]))
         try:
             started = await agent_db(registry.start_session)(self.token, hello)
         except registry.AgentRefused as refused:
@@ -229,8 +232,6 @@ class AgentConsumer(ProtocolConsumer):
         self.node_id, self.session = node.pk, node.session
         if started.gone:
             log.warning("node %s came back without %s: treated as lost", node.name, ", ".join(started.gone))
-        if hello.get("sent_at") is not None:
-            self.clock_offset = time.time() - float(hello["sent_at"])
         BOOK.ensure_running()
         BOOK.watch(node.pk, node.session, self)
         LISTENER.ensure_listening()
@@ -257,8 +258,8 @@ class AgentConsumer(ProtocolConsumer):
             log.warning("node %s registered without Redis; it will join its group later", self.node_id)
 
     async def _heartbeat(self, beat: protocol.Heartbeat) -> None:
-        sent = beat.get("sent_at")
-        BOOK.beat(self.node_id, self.session, float(sent) + self.clock_offset if sent is not None else time.time())
+        sent, now = beat.get("sent_at"), time.time()
+        BOOK.beat(self.node_id, self.session, float(sent) + self.clock.observe(now, float(sent)) if sent is not None else now)
         self.beats += 1
         if (not self.in_group or self.beats % REJOIN_EVERY_HEARTBEATS == 0) and (self.joining is None or self.joining.done()):
             # group membership lost with a restarted Redis comes back (group_add is idempotent);

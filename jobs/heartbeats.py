@@ -6,7 +6,7 @@ listening (the watchdog's proof that a silence was the node's, not the console's
 whose node was declared Lost meanwhile (its row says disconnected) is told to connect again, as
 one whose node a newer connection took over is closed: neither relies on a Redis event arriving. The time a
 node counts from is when the agent *sent* its newest processed heartbeat, corrected by the clock
-offset measured at its hello: a backlog in the console cannot make a dead node look alive.
+offset its messages show (jobs.clock_offset): a backlog in the console cannot make a dead node look alive.
 
 Each flush also compares, in one query, what every node of this process should run with what
 its connection last sent it: a desired-state push lost on the way (Redis full or down, a

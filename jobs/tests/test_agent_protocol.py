@@ -371,9 +371,41 @@ async def test_a_slow_desired_state_read_does_not_hold_up_the_nodes_heartbeats(m
     deadline = time.monotonic() + 6  # two heartbeat-book flushes and then some
     while time.monotonic() < deadline and (await sync_to_async(counted_from)() or 0) < sent - 0.01:
         await asyncio.sleep(0.2)
-    assert abs((await sync_to_async(counted_from)() or 0) - sent) < 0.01, "the heartbeat waited for the desired state"
+    # counted from when it was read at most (one sample of the clocks' offset includes its delay)
+    assert sent - 0.01 <= (await sync_to_async(counted_from)() or 0) < sent + 1.0, "the heartbeat waited for the desired state"
     release.set()
     assert (await socket.receive_json_from(timeout=10))["type"] == "desired"
+    await socket.disconnect()
+
+
+@synced
+async def test_a_hello_read_late_does_not_make_the_nodes_heartbeats_look_fresher():
+    """A hello that waited 40 s behind a fleet reconnecting, then a heartbeat read at once and
+    one read 5 s late: the late one still counts from when it was sent. (The offset measured
+    from the hello alone was 40 s too large; a beat read late then counted from when it was
+    read, and a killed node behind a backlog was declared Lost that much later.)"""
+    behind = 100.0  # the agent's clock is 100 s behind the console's
+    _, token = await sync_to_async(NodeToken.mint)("gpu-01")
+    socket = agent_socket(token)
+    assert (await socket.connect())[0]
+    await socket.send_json_to({**hello("gpu-01"), "sent_at": time.time() - behind - 40})
+    welcome = await socket.receive_json_from(timeout=5)
+    assert welcome["type"] == "welcome"
+    first = time.time() - behind
+    await socket.send_json_to({"type": "heartbeat", "running": [], "sent_at": first})
+    await asyncio.sleep(5.5)
+    await socket.send_json_to({"type": "heartbeat", "running": [], "sent_at": first + 0.5})  # read 5 s late
+    truth = first + 0.5 + behind
+
+    def counted_from() -> float:
+        at = Node.objects.get(pk=welcome["node_id"]).last_sent_at
+        return at.timestamp() if at else 0.0
+
+    deadline = time.monotonic() + 6  # two heartbeat-book flushes and then some
+    while time.monotonic() < deadline and await sync_to_async(counted_from)() < truth - 0.5:
+        await asyncio.sleep(0.2)
+    counted = await sync_to_async(counted_from)()
+    assert abs(counted - truth) < 1.0, f"the late beat counts from {counted - truth:+.1f} s after it was sent"
     await socket.disconnect()
 
 
