@@ -259,7 +259,8 @@ class AgentConsumer(ProtocolConsumer):
 
     async def _heartbeat(self, beat: protocol.Heartbeat) -> None:
         sent, now = beat.get("sent_at"), time.time()
-        BOOK.beat(self.node_id, self.session, float(sent) + self.clock.observe(now, float(sent)) if sent is not None else now)
+        counted = now if sent is None else float(sent) + self.clock.observe(now, float(sent))
+        BOOK.beat(self.node_id, self.session, counted)
         self.beats += 1
         if (not self.in_group or self.beats % REJOIN_EVERY_HEARTBEATS == 0) and (self.joining is None or self.joining.done()):
             # group membership lost with a restarted Redis comes back (group_add is idempotent);
