@@ -696,7 +696,7 @@ async def run(args) -> None:
             print(f"  killed {len(killed)} nodes: {len(times)} declared Lost, after {percentile(times, 50):.1f} s median, "
                   f"{max(times, default=float('nan')):.1f} s at most; {percentile(beats, 50):.1f} s median, "
                   f"{max(beats, default=float('nan')):.1f} s at most after the last heartbeat it sent "
-                  f"(grace {GRACE} s, watchdog every 5 s, seen every 0.5 s)")
+                  f"(grace {GRACE} s, watchdog every 2 s, seen every 0.5 s)")
         for profiler in profilers:
             profiler.wait()
     sampler.cancel()

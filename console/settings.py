@@ -6,6 +6,8 @@ from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
+from jobs.nodes.liveness import settings_problem
+
 from .env import database_from_url, env_bool, env_int, env_list, env_secret, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -174,15 +176,11 @@ S3_RESULTS_BUCKET = env_str("S3_RESULTS_BUCKET", "simpleai-results")
 
 JOBS_PAGE_SIZE = env_int("JOBS_PAGE_SIZE", 20, minimum=1)
 
-# Nodes: a node without a heartbeat for this long is Lost; agents beat every few seconds.
+# Nodes: a node that stops sending heartbeats is declared Lost within this long (jobs.nodes.liveness).
 NODE_LOST_AFTER_SECONDS = env_int("NODE_LOST_AFTER_SECONDS", 30, minimum=5)
 # how often agents beat (the console tells them in its welcome): each beat costs the console
 # ~0.6 ms of CPU, so a fleet of 1,000 at 3 s took a fifth of a core; at least 3 per grace
 NODE_HEARTBEAT_SECONDS = env_int("NODE_HEARTBEAT_SECONDS", 5, minimum=1)
-if NODE_HEARTBEAT_SECONDS * 3 > NODE_LOST_AFTER_SECONDS:
-    raise ImproperlyConfigured(
-        f"NODE_HEARTBEAT_SECONDS={NODE_HEARTBEAT_SECONDS} leaves fewer than 3 beats in NODE_LOST_AFTER_SECONDS={NODE_LOST_AFTER_SECONDS}"
-    )
 # an agent cut off from the console keeps its jobs running this long before it stops them
 # (jobs.nodes.registry.fence_after_seconds): outages of the console or its stores up to it cost nothing
 NODE_FENCE_AFTER_SECONDS = env_int("NODE_FENCE_AFTER_SECONDS", 300, minimum=10)
@@ -199,10 +197,11 @@ SCHEDULER_MIN_GAP_MS = env_int("SCHEDULER_MIN_GAP_MS", 500, minimum=0)
 AGENT_STORE_THREADS = env_int("AGENT_STORE_THREADS", 2, minimum=1)
 # how often the watchdog looks for nodes past their grace (one indexed query)
 NODE_WATCH_SECONDS = env_int("NODE_WATCH_SECONDS", 2, minimum=1)
+if (_liveness_problem := settings_problem(NODE_LOST_AFTER_SECONDS, NODE_WATCH_SECONDS, NODE_HEARTBEAT_SECONDS)):
+    raise ImproperlyConfigured(_liveness_problem)
 
 CELERY_BEAT_SCHEDULE = {
     "schedule-jobs": {"task": "jobs.tasks.scheduler_tick", "schedule": float(SCHEDULER_TICK_SECONDS)},
-    # a killed node is declared Lost at most this long after its grace ends
     "watch-heartbeats": {"task": "jobs.tasks.watch_heartbeats", "schedule": float(NODE_WATCH_SECONDS)},
     "finish-failover-assessments": {"task": "jobs.tasks.finish_failover_assessments", "schedule": float(SCHEDULER_TICK_SECONDS)},
 }

@@ -33,6 +33,7 @@ from ..models import (
 from ..models.attempts import HOLDING_STATES
 from ..notify import node_group, schedule_on_commit
 from ..objectstore import checkpoint_prefix, ensure_results_bucket, output_prefix
+from . import liveness
 from .models import hash_token
 
 log = logging.getLogger(__name__)
@@ -276,24 +277,29 @@ def object_storage_settings() -> protocol.ObjectStorage:
 
 
 def watch_heartbeats(now: datetime | None = None) -> list[str]:
-    """Declare nodes Lost after the grace period; their placements end. Returns the names.
+    """Declare Lost the nodes that fell silent, within the grace; their placements end. Returns
+    the names.
 
     Only a silence the console listened through counts: while the console (or its database or
     Redis) is down no heartbeat is processed, so nothing is declared until it has listened again
-    for a whole grace period. A node counts from when its newest processed heartbeat was *sent*:
-    one whose messages wait longer than the grace in the console's queue is as good as cut off.
+    for a whole grace period. A node counts from when its newest processed heartbeat was *sent*
+    (how long is `liveness.silence_limit`): one whose messages wait that long in the console's
+    queue is as good as cut off.
     """
     now = now or timezone.now()
     grace = timedelta(seconds=settings.NODE_LOST_AFTER_SECONDS)
     listening = ConsoleListening.objects.filter(pk=1).first()
     if listening is None or listening.alive_at < now - LISTEN_GAP or listening.listening_since > now - grace:
         return []
-    # a console reading heartbeats late (a backlog of its own) must not blame the nodes for it:
-    # each gets that much longer, at most another grace (a dead node is still declared)
-    allowance = timedelta(seconds=min(listening.read_lag_seconds, grace.total_seconds()))
-    if allowance > timedelta(seconds=5):
-        log.warning("the console reads heartbeats %.0f s late: nodes are given that much longer", allowance.total_seconds())
-    cutoff = now - grace - allowance
+    limit = liveness.silence_limit(
+        settings.NODE_LOST_AFTER_SECONDS, settings.NODE_WATCH_SECONDS, settings.NODE_HEARTBEAT_SECONDS,
+        listening.read_lag_seconds,
+    )
+    if limit > settings.NODE_LOST_AFTER_SECONDS:
+        # a console reading heartbeats late (a backlog of its own) must not blame the nodes for it
+        log.warning("the console reads heartbeats %.0f s late: nodes are declared Lost after %.0f s of silence",
+                    listening.read_lag_seconds, limit)
+    cutoff = now - timedelta(seconds=limit)
     silent = Q(last_sent_at__lt=cutoff) | Q(last_sent_at__isnull=True, last_heartbeat_at__lt=cutoff) \
         | Q(last_sent_at__isnull=True, last_heartbeat_at__isnull=True)
     names = []

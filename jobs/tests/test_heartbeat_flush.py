@@ -170,18 +170,35 @@ def test_a_flush_records_how_late_the_console_read_the_beats_it_wrote():
 
 
 def test_a_console_reading_heartbeats_late_gives_every_node_that_much_longer_but_still_declares_the_dead(settings):
-    settings.NODE_LOST_AFTER_SECONDS = 30
+    settings.NODE_LOST_AFTER_SECONDS, settings.NODE_WATCH_SECONDS, settings.NODE_HEARTBEAT_SECONDS = 30, 2, 5
     now = timezone.now()
     ConsoleListening.objects.update_or_create(pk=1, defaults={
-        "alive_at": now, "listening_since": now - timedelta(hours=1), "read_lag_seconds": 20, "read_lag_at": now,
+        "alive_at": now, "listening_since": now - timedelta(hours=1), "read_lag_seconds": 40, "read_lag_at": now,
     })
     behind, dead = make_node("gpu-01"), make_node("gpu-02")
-    Node.objects.filter(pk=behind.pk).update(last_sent_at=now - timedelta(seconds=45))  # its beats wait in the backlog
+    # read 40 s late, a live node's newest stored beat may be a beat and those 40 s old
+    Node.objects.filter(pk=behind.pk).update(last_sent_at=now - timedelta(seconds=44))
     Node.objects.filter(pk=dead.pk).update(last_sent_at=now - timedelta(seconds=55))
     assert registry.watch_heartbeats(now) == ["gpu-02"]
     ConsoleListening.objects.filter(pk=1).update(read_lag_seconds=600)  # never more than another grace
-    Node.objects.filter(pk=behind.pk).update(last_sent_at=now - timedelta(seconds=61))
+    Node.objects.filter(pk=behind.pk).update(last_sent_at=now - timedelta(seconds=59))
     assert registry.watch_heartbeats(now) == ["gpu-01"]
+
+
+def test_a_node_that_stopped_is_declared_lost_before_its_grace_is_over(settings):
+    """The grace is a promise to the dead: the watchdog, running every NODE_WATCH_SECONDS,
+    declares a node whose last heartbeat is grace − watch old; a live node beating every 5 s is
+    never that silent (the same settings as above, the console reading 3 s late as in a drain)."""
+    settings.NODE_LOST_AFTER_SECONDS, settings.NODE_WATCH_SECONDS, settings.NODE_HEARTBEAT_SECONDS = 30, 2, 5
+    now = timezone.now()
+    ConsoleListening.objects.update_or_create(pk=1, defaults={
+        "alive_at": now, "listening_since": now - timedelta(hours=1), "read_lag_seconds": 3, "read_lag_at": now,
+    })
+    live, stopped = make_node("gpu-01"), make_node("gpu-02")
+    Node.objects.filter(pk=live.pk).update(last_sent_at=now - timedelta(seconds=5 + 3))
+    Node.objects.filter(pk=stopped.pk).update(last_sent_at=now - timedelta(seconds=28.5))
+    assert registry.watch_heartbeats(now) == ["gpu-02"]
+    assert not Node.objects.get(pk=live.pk).lost
 
 
 def test_a_connection_that_fails_to_close_does_not_stop_the_book_telling_the_others():
