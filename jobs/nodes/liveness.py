@@ -2,13 +2,18 @@
 
 The grace (NODE_LOST_AFTER_SECONDS) is a promise about the dead: a node that stops is declared
 Lost within it. The watchdog runs every `watch` seconds and counts from when a node's newest
-heartbeat was *sent*, so it must act once that heartbeat is `grace − watch` old; a live node's
+heartbeat was *sent*, so it must act once that heartbeat is `grace − watch` old, less the
+watchdog's own lateness (a run starts a little after its tick and takes a while); a live node's
 newest stored heartbeat is at most a beat plus the console's read lag old, so that still leaves
 live nodes a whole beat of slack. Only a console that reads heartbeats later than that slack
 (a backlog of its own) gives every node more time, for the part of its lateness beyond it.
 """
 
 from __future__ import annotations
+
+# how late a watchdog run may declare after its tick: in a 5,000-job drain on two cores its runs
+# started up to 0.6 s late and took up to 0.6 s (benchmarks/fleet.py)
+WATCHDOG_LATENESS = 1.0
 
 
 def silence_limit(grace: float, watch: float, beat: float, read_lag: float) -> float:
@@ -17,7 +22,7 @@ def silence_limit(grace: float, watch: float, beat: float, read_lag: float) -> f
     `read_lag` is how late the console has lately stored heartbeats (sent → written, seconds).
     The allowance for it is at most another grace: a dead node is declared, however late the
     console reads."""
-    limit = grace - watch
+    limit = grace - watch - WATCHDOG_LATENESS
     slack = limit - 2 * beat  # a live node's newest beat is at most `beat + read_lag` old
     allowance = min(max(0.0, read_lag - slack), grace)
     return limit + allowance
@@ -27,7 +32,7 @@ def settings_problem(grace: float, watch: float, beat: float) -> str | None:
     """Why these settings cannot keep the promise without declaring live nodes Lost, or None."""
     if beat * 3 > grace:
         return f"NODE_HEARTBEAT_SECONDS={beat:g} leaves fewer than 3 beats in NODE_LOST_AFTER_SECONDS={grace:g}"
-    if watch + 2 * beat > grace:
-        return (f"NODE_WATCH_SECONDS={watch:g} + 2 × NODE_HEARTBEAT_SECONDS={beat:g} is more than "
+    if watch + WATCHDOG_LATENESS + 2 * beat > grace:
+        return (f"NODE_WATCH_SECONDS={watch:g} + 2 × NODE_HEARTBEAT_SECONDS={beat:g} + {WATCHDOG_LATENESS:g} s is more than "
                 f"NODE_LOST_AFTER_SECONDS={grace:g}: a live node between two beats would look silent")
     return None
