@@ -130,7 +130,7 @@ class Console:
     def worker_log(self) -> str:
         return (self.tmp / "worker.log").read_text(errors="replace")
 
-    def stop(self) -> None:
+    def stop(self, keep_logs: str = "") -> None:
         for process in self.processes.values():
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGTERM)
@@ -140,6 +140,8 @@ class Console:
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
         subprocess.run(["psql", f"{PG}/postgres", "-qc", f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)"], capture_output=True)
+        if keep_logs:
+            shutil.copytree(self.tmp, keep_logs, dirs_exist_ok=True, ignore=shutil.ignore_patterns("beat*"))
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
@@ -712,7 +714,7 @@ async def run(args) -> None:
     for agent in agents:
         agent.kill()
     await asyncio.sleep(0.5)
-    console.stop()
+    console.stop(args.logs)
 
 
 async def wait_until_ended(loop, probe: Probe, limit: float) -> None:
@@ -746,6 +748,7 @@ def main() -> None:
     parser.add_argument("--daphnes", type=int, default=1, help="daphne processes (agents are spread over them)")
     parser.add_argument("--clients", type=int, default=4, help="threads creating jobs through the API")
     parser.add_argument("--console-tree", default="", help="run the console from this checkout instead")
+    parser.add_argument("--logs", default="", help="a directory: the console's logs (daphne, worker, beat) are copied there at the end")
     parser.add_argument("--profile", default="", help="a directory: py-spy samples daphne and the worker from the backlog's release on")
     parser.add_argument("--profile-seconds", type=float, default=60)
     parser.add_argument("--profile-rate", type=int, default=50, help="py-spy samples per second")

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import cProfile
+import pstats
 import random
 import statistics
 import time
@@ -99,6 +101,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--event-rounds", type=int, default=3, help="rounds of the live-event comparison (0: skip)")
+    parser.add_argument("--profile", default="", help="a file: cProfile statistics of the steady runs")
     args = parser.parse_args()
     with BenchDatabase():
         # requests for another run and live events go nowhere: nothing listens in a benchmark
@@ -108,7 +111,13 @@ def main() -> None:
             print(f"{args.nodes} nodes × 8 GPUs, {args.jobs} queued jobs")
             print(f"first run: {first * 1000:.0f} ms, {first_queries} queries; placed {summary.placed}, "
                   f"waiting {summary.waiting}")
+            profile = cProfile.Profile() if args.profile else None
+            if profile is not None:
+                profile.enable()
             steady = [timed_run() for _ in range(args.runs)]
+            if profile is not None:
+                profile.disable()
+                profile.dump_stats(args.profile)
             times = [t for t, _, _ in steady]
             print(f"steady run ({steady[0][2].waiting} jobs waiting, cluster full): median {statistics.median(times) * 1000:.0f} ms, "
                   f"max {max(times) * 1000:.0f} ms, {steady[0][1]} queries")
@@ -124,6 +133,8 @@ def main() -> None:
             print(f"a run that rewrites every waiting reason, live events sent: together median {together * 1000:.0f} ms, "
                   f"one send per event {one_by_one * 1000:.0f} ms ({one_by_one / together:.1f}× longer), "
                   f"{args.event_rounds} round(s) alternating")
+    if args.profile:
+        pstats.Stats(args.profile).sort_stats("cumulative").print_stats(50)
 
 
 if __name__ == "__main__":
