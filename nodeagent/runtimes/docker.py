@@ -114,7 +114,8 @@ class DockerExecution(Execution):
             for chunk in chunks:
                 loop.call_soon_threadsafe(reader.feed_data, chunk)
         except Exception:  # the engine went away: the exit status says what happened
-            log.debug("the %s stream of container %s ended early", stream, self.container.id[:12], exc_info=True)
+            # the lines after this are not shipped: worth an operator's look
+            log.warning("the %s stream of container %s ended early", stream, self.container.id[:12], exc_info=True)
         finally:
             with contextlib.suppress(RuntimeError):  # loop already closed at agent exit
                 loop.call_soon_threadsafe(reader.feed_eof)
