@@ -207,6 +207,15 @@ class ContainerHost:
         with contextlib.closing(self.client()) as client:
             return [container.name for container in client.containers.list(all=True, filters=filters, ignore_removed=True)]
 
+    def top(self, **labels: str) -> str:
+        """What runs inside each matching container (`podman top`): tells a hung command from a
+        lost exit when a job does not end."""
+        env = self.podman_env()
+        return "\n".join(
+            f"== {name}\n" + subprocess.run(["podman", "top", name], capture_output=True, text=True, env=env, timeout=30).stdout
+            for name in self.containers(**labels)
+        )
+
     def logs(self) -> str:
         return "\n".join(
             f"===== {path.name} =====\n{path.read_text(errors='replace')[-4000:]}" for path in sorted(self.root.glob("*.log"))
@@ -402,6 +411,10 @@ class RuntimeUnderTest:
     def containers(self, job_id: int) -> list[str]:
         """The job's containers still on the engine (none for the process runtime)."""
         return self.host.containers(job=str(job_id)) if self.host else []
+
+    def processes(self, job_id: int) -> str:
+        """What runs inside the job's containers (nothing for the process runtime)."""
+        return self.host.top(job=str(job_id)) if self.host else ""
 
 
 @pytest.fixture

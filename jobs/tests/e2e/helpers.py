@@ -35,8 +35,18 @@ def wait_for_status(job_id: int, *statuses: str, timeout: float = 90) -> Trainin
     except AssertionError:
         job = TrainingJob.objects.filter(pk=job_id).first()
         raise AssertionError(
-            f"job {job_id} is {job.status if job else 'gone'} ({job.status_reason if job else ''}), not {statuses}"
+            f"job {job_id} is {job.status if job else 'gone'} ({job.status_reason if job else ''}), not {statuses}; "
+            f"its last lines:\n{last_lines(job_id)}"
         ) from None
+
+
+def last_lines(job_id: int, count: int = 12) -> str:
+    """Each stream's last lines with the time they were stored: where a job that did not end stopped."""
+    lines = []
+    for stream in LogLine.objects.filter(job_id=job_id).values_list("stream", flat=True).distinct().order_by("stream"):
+        tail = LogLine.objects.filter(job_id=job_id, stream=stream).order_by("-attempt", "-seq")[:count]
+        lines += [f"{line.ts:%H:%M:%S.%f}"[:-3] + f" {stream}: {line.text[:200]}" for line in reversed(tail)]
+    return "\n".join(lines)
 
 
 def stream_text(job_id: int, stream: str) -> list[str]:
