@@ -35,7 +35,7 @@ test: $(STAMP)
 	$(VENV)/bin/mypy
 	$(TEST_ENV) $(PY) manage.py check
 	$(TEST_ENV) $(PY) manage.py makemigrations --check --dry-run
-	$(TEST_ENV) $(PY) -m pytest $(TEST_XDIST) $(PYTEST_ARGS)
+	$(TEST_ENV) $(PY) -m pytest $(TEST_XDIST) --durations=25 $(PYTEST_ARGS)
 
 ## Install Podman, runc and a registry, and build the test image (root; cached): the Docker runtime's tests need them.
 containers: $(STAMP)
