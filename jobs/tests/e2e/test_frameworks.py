@@ -21,7 +21,7 @@ from monitoring.models import LogLine
 
 from . import environments
 from .containers import RuntimeUnderTest
-from .helpers import create_job, stream_text, wait_for_status
+from .helpers import create_job, last_lines, stream_text, wait_for_status
 from .stack import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
@@ -56,7 +56,7 @@ def run_on_two_nodes(alice, framework: str, command: str, volume: Path, runtime:
         if runtime is None:
             raise
         raise AssertionError(f"{error}\nprocesses in its containers:\n{runtime.processes(job.pk)}") from None
-    assert job.status == "Completed", (job.status_reason, stream_text(job.pk, "master")[-30:], stream_text(job.pk, "worker-1")[-30:])
+    assert job.status == "Completed", f"{job.status_reason}\n{last_lines(job.pk, 30)}"
     return job
 
 
@@ -202,9 +202,8 @@ def test_in_containers_the_seed_deepspeed_command_joins_both_nodes(alice, start_
                            **runtime.job_fields(image_url=runtime.host.frameworks_image))
 
     # the streams' ends say what happened when a rank's last step is missing
-    tails = (stream_text(job.pk, "master")[-40:], stream_text(job.pk, "worker-1")[-40:])
-    assert ranks_in(job.pk, "master", r"^rank (\d) step 4 loss") == {0}, tails
-    assert ranks_in(job.pk, "worker-1", r"^rank (\d) step 4 loss") == {1}, tails
+    assert ranks_in(job.pk, "master", r"^rank (\d) step 4 loss") == {0}, last_lines(job.pk, 40)
+    assert ranks_in(job.pk, "worker-1", r"^rank (\d) step 4 loss") == {1}, last_lines(job.pk, 40)
     assert any("deepspeed: node 1 of 2" in line and "(no ssh)" in line for line in stream_text(job.pk, "worker-1"))
     assert (volume / "ds-checkpoints" / "concurrent_checkpoint" / "step-4" / "MANIFEST.json").is_file()
 
