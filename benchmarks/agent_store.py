@@ -12,6 +12,7 @@ does (jobs.nodes.registry.desired_placements_of).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import pstats
 import random
@@ -79,7 +80,22 @@ def gathered(batches: list[tuple[int, list[dict], str]], limit: int) -> list[lis
     return [*calls, current] if current else calls
 
 
-def timed_store(batches, profile: cProfile.Profile | None, limit: int) -> tuple[float, float, int]:
+STATEMENTS: dict[str, list[float]] = {}
+
+
+def timed_statement(execute, sql, params, many, context):
+    """--statements: each statement's wall time, by its first words."""
+    start = time.perf_counter()
+    try:
+        return execute(sql, params, many, context)
+    finally:
+        key = " ".join(sql.split())[:90]
+        STATEMENTS.setdefault(key, []).append(time.perf_counter() - start)
+
+
+def timed_store(batches, profile: cProfile.Profile | None, limit: int, statements: bool = False) -> tuple[float, float, int]:
+    from django.db import connection
+
     from jobs.agent_inbox import store_batches
 
     calls = gathered(batches, limit)
@@ -88,7 +104,8 @@ def timed_store(batches, profile: cProfile.Profile | None, limit: int) -> tuple[
     for call in calls:
         if profile is not None:
             profile.enable()
-        outcomes = store_batches(call)
+        with connection.execute_wrapper(timed_statement) if statements else contextlib.nullcontext():
+            outcomes = store_batches(call)
         if profile is not None:
             profile.disable()
         assert all(o.stored for node in outcomes for o in node), "a message was refused"
@@ -101,6 +118,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--batch", type=int, default=BATCH, help="messages per store call")
     parser.add_argument("--profile", default="", help="a file: cProfile statistics of the stores")
+    parser.add_argument("--statements", action="store_true", help="print each statement's wall time in the stores")
     args = parser.parse_args()
     with BenchDatabase(), mock.patch("jobs.notify.request_schedule"), mock.patch("jobs.notify.publish_node_sync"):
         from jobs import scheduler_run
@@ -118,7 +136,7 @@ def main() -> None:
                        for placements in registry.desired_placements_of(node_ids[i:i + 500]))
             figures["desired"].append((time.perf_counter() - wall, time.process_time() - cpu, read))
             for kind in ("start", "exit"):
-                figures[kind].append(timed_store(wave(kind), profile, args.batch))
+                figures[kind].append(timed_store(wave(kind), profile, args.batch, args.statements))
         for kind, label in (("desired", "desired states read, 500 nodes at a time (placements)"),
                             ("start", "first wave stored (messages)"),
                             ("exit", "exits stored (messages)")):
@@ -128,6 +146,8 @@ def main() -> None:
             print(f"{label}: {count:.0f} per round; wall median {statistics.median(walls):.3f} s "
                   f"({statistics.median(walls) / count * 1e6:.0f} µs each), CPU {statistics.median(cpus):.3f} s "
                   f"({statistics.median(cpus) / count * 1e6:.0f} µs each)")
+        for key, times in sorted(STATEMENTS.items(), key=lambda item: -sum(item[1])):
+            print(f"  {sum(times):7.3f} s in {len(times):3d} × {key}")
         if profile is not None:
             profile.dump_stats(args.profile)
             pstats.Stats(args.profile).sort_stats("cumulative").print_stats(40)

@@ -15,7 +15,6 @@ from datetime import datetime
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
-from psycopg.types.json import Jsonb
 
 from nodeagent.protocol import stream_role
 
@@ -80,7 +79,7 @@ def start_attempts(placed: Mapping[int, Sequence[Assignment]]) -> dict[int, JobA
         "attempt_id": ("bigint", [pk for pk, _, _ in rows]), "node_id": ("bigint", [a.node_id for _, _, a in rows]),
         "node_name": ("text", [a.node_name for _, _, a in rows]), "node_rank": ("integer", [rank for _, rank, _ in rows]),
         "role": ("text", [stream_role(rank) for _, rank, _ in rows]),
-        "gpu_indices": ("jsonb", [Jsonb(list(a.gpu_indices)) for _, _, a in rows]),
+        "gpu_indices": ("jsonb", [list(a.gpu_indices) for _, _, a in rows]),
     }, same=PLACEMENT_DEFAULTS)
     reasons = {
         job.pk: _placed_reason(job, attempt, placed[job.pk], causes.get(job.pk, ""))

@@ -16,7 +16,7 @@ from console import crypto, live
 from nodeagent import protocol
 from nodeagent.protocol_checks import MAX_INT, MAX_SMALLINT
 
-from .. import actions, failover, policy
+from .. import actions, bulk, failover, policy
 from ..choices import JobStatus
 from ..environments import add_environments
 from ..models import (
@@ -120,7 +120,7 @@ def record_heartbeats(beats: list[Beat], now: datetime | None = None) -> Flushed
     with transaction.atomic(), connection.cursor() as cursor:
         if beats:
             cursor.execute(_HEARTBEATS_SQL, [
-                [b.node_id for b in beats], [b.session for b in beats], [b.sent_at for b in beats], now,
+                bulk.rows_param([[b.node_id for b in beats], [b.session for b in beats], [b.sent_at for b in beats]]), now,
             ])
             found = {node_id: (session, connected, written) for node_id, session, connected, written in cursor.fetchall()}
         written = [b for b in beats if b.node_id in found and found[b.node_id][2]]
@@ -138,7 +138,7 @@ def record_heartbeats(beats: list[Beat], now: datetime | None = None) -> Flushed
 # connection's (hello sets it, the disconnect and the watchdog clear it): a beat written late
 # must not revive it. A beat of an older session writes nothing (a newer connection took over).
 _HEARTBEATS_SQL = f"""
-    WITH b AS (SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::timestamptz[]) AS b(node_id, session, sent_at)),
+    WITH b AS {bulk.rows_from({"node_id": "bigint", "session": "bigint", "sent_at": "timestamptz"})},
     free AS (
         SELECT n.id, n.session, n.connected FROM {Node._meta.db_table} AS n
         WHERE n.id IN (SELECT node_id FROM b) ORDER BY n.id FOR NO KEY UPDATE SKIP LOCKED
