@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from nodeagent.protocol import stream_role
@@ -237,7 +238,11 @@ class _ReportWrites:
                 same={"running_at": self.now},
             )
         if self.ended:
-            JobAttempt.objects.filter(pk__any=self.ended, ended_at__isnull=True).update(ended_at=self.now, cause="Completed")
+            # the job's move to Completed (apply_transitions, next) would stamp the stop request in
+            # an UPDATE of its own: one more row version per completed job in a fleet's exit wave
+            JobAttempt.objects.filter(pk__any=self.ended, ended_at__isnull=True).update(
+                ended_at=self.now, cause="Completed", stop_requested_at=Coalesce("stop_requested_at", Value(self.now)),
+            )
         if self.transitions:
             actions.apply_transitions(dict(self.transitions.values()))
         if self.freed:
