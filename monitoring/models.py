@@ -5,7 +5,9 @@ from django.db import models
 
 class LogLine(models.Model):
     id = models.BigAutoField(primary_key=True)
-    job = models.ForeignKey("jobs.TrainingJob", on_delete=models.CASCADE, related_name="log_lines")
+    # indexed by unique_log_line and logline_job_stream_id_idx, which lead with it (a third index
+    # would be one more write per line)
+    job = models.ForeignKey("jobs.TrainingJob", on_delete=models.CASCADE, related_name="log_lines", db_index=False)
     stream = models.CharField(max_length=32)  # master, worker-1, ...
     attempt = models.PositiveIntegerField()
     seq = models.PositiveBigIntegerField()

@@ -26,7 +26,8 @@ class AttemptKind(models.TextChoices):
 
 
 class JobAttempt(models.Model):
-    job = models.ForeignKey("jobs.TrainingJob", on_delete=models.CASCADE, related_name="attempts")
+    # indexed by unique_attempt_number, which leads with it (no second index to write)
+    job = models.ForeignKey("jobs.TrainingJob", on_delete=models.CASCADE, related_name="attempts", db_index=False)
     number = models.PositiveIntegerField()
     kind = models.CharField(max_length=16, choices=AttemptKind.choices, default=AttemptKind.INITIAL)
     master_addr = models.CharField(max_length=255)
@@ -51,8 +52,10 @@ class JobAttempt(models.Model):
 
 
 class Placement(models.Model):
-    attempt = models.ForeignKey(JobAttempt, on_delete=models.CASCADE, related_name="placements")
-    node = models.ForeignKey("jobs.Node", on_delete=models.SET_NULL, null=True, related_name="placements")
+    # both indexed by the constraint and the index below, which lead with them: a report's state
+    # change rewrites every index of its row, so none is kept twice
+    attempt = models.ForeignKey(JobAttempt, on_delete=models.CASCADE, related_name="placements", db_index=False)
+    node = models.ForeignKey("jobs.Node", on_delete=models.SET_NULL, null=True, related_name="placements", db_index=False)
     node_name = models.CharField(max_length=63, help_text="Kept when the node row is deleted")
     role = models.CharField(max_length=32)
     node_rank = models.PositiveSmallIntegerField()

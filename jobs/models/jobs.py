@@ -69,7 +69,10 @@ class ServerType(models.Model):
 
 
 class TrainingJob(models.Model):
-    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="training_jobs")
+    # no index of its own: the owner's name and status indexes below lead with it, and every
+    # index is one more write on each status change (hundreds a second from a fleet)
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="training_jobs",
+                              db_index=False)
     name = models.CharField(max_length=63)
     learning_type = models.CharField(max_length=16, choices=LearningType.choices, default=LearningType.ON_DEMAND)
     framework = models.CharField(max_length=16, choices=Framework.choices, default=Framework.PYTORCH)
