@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 LABEL_PREFIX = "simpleai."
 PULL_READ_TIMEOUT = 1800  # seconds without a pull event (a big layer may give none) before giving up
 LOG_DRAIN_SECONDS = 5.0  # after the exit, time for the engine to deliver the last lines
+API_TIMEOUT_SECONDS = 60  # an engine call's read timeout (docker's own default), logs and waits aside
 
 
 def container_name(placement: Placement) -> str:
@@ -92,8 +93,9 @@ def build_run_kwargs(spec: LaunchSpec, real_gpus: bool, node_name: str = "", ven
 class DockerExecution(Execution):
     """A started container: its stdout and stderr followed like a process's two pipes."""
 
-    def __init__(self, container: Any, sink: LineSink) -> None:
+    def __init__(self, container: Any, sink: LineSink, logs_api: Any = None) -> None:
         self.container = container
+        self._logs_api = logs_api  # follows the output without a read timeout (None: the container's own client)
         self.marker = {"container": container.id, "name": getattr(container, "name", "")}
         self._stopping = False
         loop = asyncio.get_running_loop()
@@ -110,7 +112,9 @@ class DockerExecution(Execution):
 
     def _follow(self, loop: asyncio.AbstractEventLoop, reader: asyncio.StreamReader, stream: str) -> None:
         try:
-            chunks = self.container.logs(stdout=stream == "stdout", stderr=stream == "stderr", stream=True, follow=True)
+            options = {"stdout": stream == "stdout", "stderr": stream == "stderr", "stream": True, "follow": True}
+            chunks = (self._logs_api.logs(self.container.id, **options) if self._logs_api is not None
+                      else self.container.logs(**options))
             for chunk in chunks:
                 loop.call_soon_threadsafe(reader.feed_data, chunk)
         except Exception:  # the engine went away: the exit status says what happened
@@ -152,20 +156,25 @@ class DockerRuntime(Runtime):
     # after the first try, a registry that does not answer is asked again after each delay
     pull_retry_delays: tuple[float, ...] = (2.0, 5.0)
 
-    def __init__(self, real_gpus: bool, client: Any = None, node_name: str = "", pull_client: Any = None) -> None:
+    def __init__(self, real_gpus: bool, client: Any = None, node_name: str = "", pull_client: Any = None,
+                 logs_client: Any = None) -> None:
         super().__init__(real_gpus)
         if client is None:
             import docker
 
-            client = docker.from_env()
+            client = docker.from_env(timeout=API_TIMEOUT_SECONDS)
             version = client.version()  # fail at agent start, not at the first job, when DOCKER_HOST is wrong
             log.info("Docker runtime: %s %s (API %s) at %s", (version.get("Components") or [{}])[0].get("Name", "engine"),
                      version.get("Version", "?"), version.get("ApiVersion", "?"),
                      os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock"))
             # a pull may be silent for minutes while a big layer downloads: its own read timeout
             pull_client = pull_client or docker.from_env(timeout=PULL_READ_TIMEOUT)
+            # a command may print nothing for minutes (loading data, a slow start): a read timeout
+            # on its log stream ended the stream, and every later line was lost
+            logs_client = logs_client or docker.from_env(timeout=None)
         self.client = client
         self.pull_api = (pull_client or client).api
+        self.logs_api = logs_client.api if logs_client is not None else None
         self.node_name = node_name
         self._names: set[str] = set()  # containers this agent process started: never strays
 
@@ -275,7 +284,7 @@ class DockerRuntime(Runtime):
             # `run` is create + start: a container that was created but did not start stays
             await self._remove_leftover(name)
             raise
-        return DockerExecution(container, sink)
+        return DockerExecution(container, sink, self.logs_api)
 
     async def _remove_leftover(self, name: str) -> None:
         """A container of the same name from a crashed agent would make `run` fail with 409."""

@@ -18,6 +18,7 @@ import pytest
 
 from nodeagent.logstream import LogStream, Outbox
 from nodeagent.runtimes import LaunchSpec, Runtime
+from nodeagent.runtimes import docker as docker_runtime
 from nodeagent.runtimes.docker import DockerRuntime
 from nodeagent.runtimes.process import ProcessRuntime
 from nodeagent.spool import Spool
@@ -125,6 +126,21 @@ def test_nothing_is_left_on_the_engine(harness):
     assert (status.exit_code, lines) == (0, ["bye"])
     assert harness.marker  # the run was watched: the agent could find it again after a restart
     assert harness.leftovers() == []
+
+
+def test_a_command_silent_for_longer_than_the_engines_read_timeout_keeps_its_output(container_host, tmp_path, monkeypatch):
+    """Seen in CI: DeepSpeed printed nothing for over a minute on a loaded machine; the read
+    timeout of the engine calls (60 s) ended the log stream, and every later line of the job was
+    lost. The agent's own runtime (built from DOCKER_HOST), with that timeout shortened."""
+    monkeypatch.setenv("DOCKER_HOST", container_host.docker_host)
+    monkeypatch.setattr(docker_runtime, "API_TIMEOUT_SECONDS", 10)
+    runtime = DockerRuntime(real_gpus=False, node_name=f"runtime-test-{os.getpid()}")
+    registry = {"username": container_host.username, "password": container_host.password}
+    harness = Harness(runtime, container_host.image, registry, tmp_path, container_host)
+
+    status, lines, _ = harness.run("echo before; sleep 13; echo after; echo done >&2")
+
+    assert (status.exit_code, sorted(lines)) == (0, ["after", "before", "done"])
 
 
 def _live_group_members(pgid: int) -> list[str]:
