@@ -104,7 +104,10 @@ def sweep(work_dir: Path, now: float | None = None) -> list[str]:
         meta = _read_meta(entry)
         ended = meta.get("ended_at") if meta else None
         if meta is None and entry.name.endswith(".tmp"):
-            ended = entry.stat().st_mtime  # a copy an agent crash left half-done
+            try:
+                ended = entry.stat().st_mtime  # a copy an agent crash left half-done
+            except FileNotFoundError:  # a placement ending right now renamed or replaced its copy
+                continue
         if ended is not None and now > ended + float((meta or {}).get("keep_alive_seconds", 0)) + EXPIRY_GRACE:
             shutil.rmtree(entry, ignore_errors=True)
             removed.append(entry.name)
@@ -112,7 +115,19 @@ def sweep(work_dir: Path, now: float | None = None) -> list[str]:
 
 
 async def reuse(placement: Placement, work_dir: Path, workdir: Path, log_stream: LogStream, storage_factory: StorageFactory) -> bool:
-    """Fill `workdir` from a kept environment when the console asked for it; True when done."""
+    """Fill `workdir` from a kept environment when the console asked for it; True when done.
+
+    A warm pool that fails must never fail the job (as in `remember`): another placement of the
+    same key may replace or sweep the entry while this one reads it; the job then prepares cold."""
+    try:
+        return await _reuse(placement, work_dir, workdir, log_stream, storage_factory)
+    except Exception as exc:
+        log.warning("job %s: the warm pool failed", placement["job_id"], exc_info=True)
+        log_stream.info(f"The warm environment kept on this node could not be used ({exc}); preparing from scratch")
+        return False
+
+
+async def _reuse(placement: Placement, work_dir: Path, workdir: Path, log_stream: LogStream, storage_factory: StorageFactory) -> bool:
     entry = entry_dir(work_dir, placement)
     hint = placement.get("warm_pool")
     if entry is None:

@@ -130,3 +130,38 @@ def test_a_kept_environment_is_deleted_after_its_keep_alive(tmp_path):
     assert warm.sweep(tmp_path, now=time.time() + 60) == []  # within keep-alive + grace
     assert warm.sweep(tmp_path, now=time.time() + 60 + warm.EXPIRY_GRACE + 1) == [entry.name]
     assert not entry.exists()
+
+
+def test_a_copy_renamed_by_a_placement_ending_meanwhile_does_not_break_the_sweep(tmp_path, monkeypatch):
+    """Seen in CI: two jobs of one key end on a node at once; one renames its half-written copy
+    into place while the other's sweep has listed it but not yet read its time."""
+    run(tmp_path, Storage(), Outbox(), job_id=1, **hint(keep=0))
+    [kept] = list((tmp_path / "warm").iterdir())
+    copy = kept.with_name(f"{kept.name}.2-1-master.tmp")
+    copy.mkdir()
+    read_meta = warm._read_meta
+
+    def renamed_meanwhile(entry: Path) -> dict | None:
+        if entry == copy:
+            copy.rename(tmp_path / "warm" / "elsewhere")  # what the ending placement's os.replace does
+            return None
+        return read_meta(entry)
+
+    monkeypatch.setattr(warm, "_read_meta", renamed_meanwhile)
+    assert warm.sweep(tmp_path, now=time.time() + warm.EXPIRY_GRACE + 1) == [kept.name]  # the expired one still goes
+
+
+def test_a_kept_environment_swept_while_being_checked_is_prepared_from_scratch(tmp_path, monkeypatch):
+    storage, outbox = Storage(), Outbox()
+    run(tmp_path, storage, outbox, job_id=1, job_name="cold-job", command="cat train.py", **hint())
+
+    def swept_meanwhile(files: Path) -> dict:
+        raise FileNotFoundError(2, "No such file or directory", str(files / "train.py"))
+
+    monkeypatch.setattr(warm, "_signature", swept_meanwhile)
+    run(tmp_path, storage, outbox, job_id=2, job_name="second", command="cat train.py", **hint(reuse=1))
+    lines = outbox.of(2)
+    assert "[INFO] The warm environment kept on this node could not be used ([Errno 2] No such file or directory: " \
+        f"'{tmp_path}/warm/" in "\n".join(lines)
+    assert any(line.endswith("train.py'); preparing from scratch") for line in lines)
+    assert "print('trained')" in lines and storage.downloads == 2
