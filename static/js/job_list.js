@@ -22,18 +22,39 @@
   document.getElementById("confirm-delete-button").addEventListener("click", () => form.submit());
 
   // A job that came, went, or left the filtered view: fetch this page's rows again (the
-  // server applies the filters and the page); what was ticked stays ticked.
+  // server applies the filters and the page); what was ticked stays ticked. One fetch at a
+  // time: two in flight may answer out of order, and an answer rendered before a later event
+  // must not overwrite what that event said; an event meanwhile asks for one more fetch after.
   let reloadTimer = null;
+  let fetching = false;
+  let again = false;
   function reloadRows() {
+    if (fetching) {
+      again = true;
+      return;
+    }
     clearTimeout(reloadTimer);
-    reloadTimer = setTimeout(async () => {
+    reloadTimer = setTimeout(fetchRows, 200);
+  }
+
+  async function fetchRows() {
+    fetching = true;
+    again = false;
+    try {
       const response = await fetch(`${rows.dataset.rowsUrl}${location.search}`, { credentials: "same-origin" });
-      if (!response.ok) return;
-      const ticked = new Set(boxes().filter((b) => b.checked).map((b) => b.value));
-      rows.innerHTML = await response.text(); // server-rendered and escaped, like the first page
-      boxes().forEach((b) => { b.checked = ticked.has(b.value); });
-      refresh();
-    }, 200);
+      if (response.ok) {
+        const html = await response.text();
+        const ticked = new Set(boxes().filter((b) => b.checked).map((b) => b.value));
+        rows.innerHTML = html; // server-rendered and escaped, like the first page
+        boxes().forEach((b) => { b.checked = ticked.has(b.value); });
+        refresh();
+      }
+    } catch {
+      // the console is away: the socket's reconnect fetches the rows again
+    } finally {
+      fetching = false;
+      if (again) reloadRows();
+    }
   }
 
   function apply(event) {
@@ -47,6 +68,7 @@
     badge.textContent = event.status;
     badge.dataset.status = event.status;
     row.querySelector(".status-reason").textContent = event.reason;
+    if (fetching) again = true; // the rows on their way may predate this event
   }
 
   let dropped = false;

@@ -109,6 +109,37 @@ def test_the_job_list_follows_jobs_without_reloading(alice, stack, page):
     assert page.problems == []
 
 
+def test_rows_fetched_before_a_change_never_overwrite_it(alice, stack, page):
+    """Seen in CI: a job appeared, its rows were fetched, and its next event asked for another
+    fetch while the first was still on its way; the first answer, rendered before that event,
+    came back last and the list showed the old state for good."""
+    page.goto(f"{stack.url}/jobs/")
+    expect(page.locator("#list-state")).to_have_text("Live")
+    held = []  # the first fetch of the rows: rendered now, answered when the test says
+
+    def hold_the_first(route):
+        if held:
+            route.continue_()
+        else:
+            held.append((route, route.fetch()))
+
+    page.route("**/jobs/rows/**", hold_the_first)
+    job = act(create_job, alice, "slow-rows", "torchrun train.py")
+    deadline = time.monotonic() + 15
+    while not held and time.monotonic() < deadline:
+        page.wait_for_timeout(50)  # the job's event makes the page fetch its rows
+    assert held, "the page did not fetch its rows for the new job"
+
+    act(actions.transition, job.pk, JobStatus.CREATING, "Attempt 1 placed on gpu-03")
+    page.wait_for_timeout(1500)  # the change's event arrives while the stale rows are on their way
+    route, stale = held[0]
+    route.fulfill(response=stale)
+
+    expect(row(page, "slow-rows").locator(".status")).to_have_text("Creating", timeout=10_000)
+    expect(row(page, "slow-rows").locator(".status-reason")).to_have_text("Attempt 1 placed on gpu-03")
+    assert page.problems == []
+
+
 def test_an_ended_jobs_tabs_do_not_say_live(alice, stack, page):
     job = act(create_job, alice, "ends-while-watched", "python train.py")
     act(actions.transition, job.pk, JobStatus.CREATING, "Attempt 1 placed on gpu-01")
