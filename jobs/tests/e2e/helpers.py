@@ -40,6 +40,24 @@ def wait_for_status(job_id: int, *statuses: str, timeout: float = 90) -> Trainin
         ) from None
 
 
+def wait_for_checkpoint(job_id: int, step: int, timeout: float = 60) -> TrainingJob:
+    """Until the job's checkpoint `step` is durable. A job that ends short of it, or is still short
+    at the timeout, fails the test at once with each stream's last lines (where it stopped)."""
+    def durable_or_ended():
+        job = TrainingJob.objects.get(pk=job_id)
+        return job if (job.checkpoint_step or 0) >= step or job.status != "Running" else None
+
+    try:
+        job = wait_until(durable_or_ended, timeout=timeout, message=f"checkpoint step {step} durable in object storage")
+    except AssertionError as error:
+        raise AssertionError(f"{error}\n{last_lines(job_id, 20)}") from None
+    assert (job.checkpoint_step or 0) >= step, (
+        f"job {job_id} is {job.status} ({job.status_reason}) at checkpoint step {job.checkpoint_step}, "
+        f"short of {step}\n{last_lines(job_id, 30)}"
+    )
+    return job
+
+
 def last_lines(job_id: int, count: int = 12) -> str:
     """Each stream's last lines with the time they were stored: where a job that did not end stopped."""
     lines = []

@@ -10,7 +10,7 @@ from jobs.models import JobAttempt, Node, TrainingJob
 from jobs.nodes import registry
 from monitoring.models import LogLine
 
-from .helpers import create_job, stream_text, wait_for_status
+from .helpers import create_job, stream_text, wait_for_checkpoint, wait_for_status
 from .stack import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
@@ -41,7 +41,7 @@ def test_an_xid_79_fails_a_two_node_job_over_and_it_resumes_from_its_checkpoint(
     job = create_job(alice, "survives-xid", TRAIN.format(steps=45), node_count=2, failover_enabled=True,
                      script_url=upload_script("train_ckpt.py"))
     wait_for_status(job.pk, "Running", timeout=60)
-    wait_until(lambda: (TrainingJob.objects.get(pk=job.pk).checkpoint_step or 0) >= 10, timeout=60, message="checkpoint 10")
+    wait_for_checkpoint(job.pk, 10, timeout=60)
     faulty = node_of(TrainingJob.objects.get(pk=job.pk))
 
     inject(faulty)
@@ -82,7 +82,7 @@ def test_a_killed_agent_loses_its_node_the_job_fails_over_and_the_node_is_fenced
     job = create_job(alice, "agent-dies", TRAIN.format(steps=45), node_count=2, failover_enabled=True,
                      script_url=upload_script("train_ckpt.py"))
     wait_for_status(job.pk, "Running", timeout=60)
-    wait_until(lambda: (TrainingJob.objects.get(pk=job.pk).checkpoint_step or 0) >= 5, timeout=60, message="checkpoint 5")
+    wait_for_checkpoint(job.pk, 5, timeout=60)
     victim = node_of(TrainingJob.objects.get(pk=job.pk))
 
     agents[victim].kill()

@@ -71,3 +71,6 @@ checkpoints.wait()
 with deepspeed.zero.GatheredParameters(list(engine.module.parameters()), enabled=args.zero == 3):
     digest = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in engine.module.parameters())).hexdigest()[:16]
 say(f"rank {rank} training finished at step {engine.global_steps}; parameters {digest}")
+# Without this, gloo's worker threads are still alive when the interpreter exits, and a rank can end
+# with "terminate called without an active exception" (SIGABRT) after its last step: a failed job.
+dist.destroy_process_group()
