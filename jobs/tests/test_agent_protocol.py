@@ -9,7 +9,7 @@ import time
 from datetime import timedelta
 
 import pytest
-from asgiref.sync import async_to_sync, sync_to_async
+from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 from django.conf import settings
@@ -27,6 +27,7 @@ from monitoring.models import LogLine
 from nodeagent.protocol import CLOSE_BAD_TOKEN, CLOSE_DECLARED_LOST
 
 from .factories import job_fields
+from .ws import settled
 
 pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)
 
@@ -36,7 +37,7 @@ def synced(scenario):
 
     @functools.wraps(scenario)
     def test(*args, **kwargs):
-        return async_to_sync(scenario)(*args, **kwargs)
+        return settled(scenario)(*args, **kwargs)
 
     return test
 

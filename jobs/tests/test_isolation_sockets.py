@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from asgiref.sync import async_to_sync
 
 from console.sockets import CLOSE_NOT_FOUND, CLOSE_UNAUTHENTICATED
 
-from .ws import job_socket, refusal, session_cookie
+from .ws import job_socket, refusal, session_cookie, settled
 
 
 @pytest.mark.django_db(transaction=True, serialized_rollback=True)
@@ -24,4 +23,4 @@ def test_the_job_websocket_refuses_bob_and_accepts_alice(alice, bob, make_job):
         assert connected
         await alices.disconnect()
 
-    async_to_sync(scenario)()
+    settled(scenario)()

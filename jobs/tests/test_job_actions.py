@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
 from django.utils import timezone
 
@@ -14,7 +13,7 @@ from jobs import actions
 from jobs.choices import JobStatus
 from jobs.models import Node, NodeGPU, ServerType, TrainingJob
 
-from .ws import job_socket, session_cookie
+from .ws import job_socket, session_cookie, settled
 
 pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)
 
@@ -40,7 +39,7 @@ def page_hears(user, job: TrainingJob, act: Callable[[], object], count: int) ->
         await socket.disconnect()
         return events
 
-    return async_to_sync(scenario)()
+    return settled(scenario)()
 
 
 def last_change(job: TrainingJob) -> tuple[str, str, str]:

@@ -4,7 +4,6 @@ jobs, their creation and deletion, and the rows it fetches again show the curren
 from __future__ import annotations
 
 import pytest
-from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.urls import reverse
@@ -14,7 +13,7 @@ from jobs import actions
 from jobs.choices import JobStatus
 
 from .factories import job_fields
-from .ws import browser_socket, refusal, session_cookie
+from .ws import browser_socket, refusal, session_cookie, settled
 
 pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)
 
@@ -41,7 +40,7 @@ def test_the_list_hears_its_users_jobs_come_change_and_go(alice, bob):
         await socket.disconnect()
         return job, [created, changed, terminating]
 
-    job, events = async_to_sync(scenario)()
+    job, events = settled(scenario)()
     assert [(e["type"], e["job_id"], e["status"], e["reason"]) for e in events] == [
         ("job.status", job.pk, "Pending", "Waiting to be scheduled"),
         ("job.status", job.pk, "Creating", "Attempt 1 placed on gpu-01"),
@@ -61,12 +60,12 @@ def test_a_removed_job_is_announced_as_deleted(alice, make_job):
         await socket.disconnect()
         return event
 
-    event = async_to_sync(scenario)()
+    event = settled(scenario)()
     assert (event["job_id"], event["status"]) == (job.pk, "Deleted")
 
 
 def test_without_a_session_the_list_socket_is_refused():
-    assert async_to_sync(refusal)(list_socket(None)) == CLOSE_UNAUTHENTICATED
+    assert settled(refusal)(list_socket(None)) == CLOSE_UNAUTHENTICATED
 
 
 def test_the_rows_are_the_filtered_page_with_status_and_reason(alice_client, bob, make_job):
@@ -122,6 +121,6 @@ def test_a_waiting_jobs_new_reason_reaches_its_page_and_the_list_without_a_histo
         await listing.disconnect()
         return events
 
-    events = async_to_sync(scenario)()
+    events = settled(scenario)()
     assert [(e["type"], e["job_id"], e["status"], e["reason"]) for e in events] == [("job.reason", job.pk, "Pending", waiting)] * 2
     assert job.status_changes.count() == 1  # only "Created"

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
 
 from jobs import actions
 from jobs.choices import JobStatus
 
-from .ws import job_socket, session_cookie
+from .ws import job_socket, session_cookie, settled
 
 pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)
 
@@ -29,7 +28,7 @@ def test_the_owner_receives_each_transition(alice, make_job):
         await socket.disconnect()
         return first, second
 
-    first, second = async_to_sync(scenario)()
+    first, second = settled(scenario)()
     assert {k: first[k] for k in ("type", "job_id", "status", "reason")} == {
         "type": "job.status", "job_id": job.pk, "status": "Creating", "reason": "Nodes assigned",
     }
@@ -50,5 +49,5 @@ def test_a_socket_of_another_job_hears_nothing(alice, make_job):
         await socket.disconnect()
         return event
 
-    event = async_to_sync(scenario)()
+    event = settled(scenario)()
     assert (event["job_id"], event["status"]) == (watched.pk, "Stopped")

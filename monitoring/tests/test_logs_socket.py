@@ -6,11 +6,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
-from asgiref.sync import async_to_sync, sync_to_async
+from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 
 from console.sockets import CLOSE_NOT_FOUND, CLOSE_UNAUTHENTICATED
-from jobs.tests.ws import browser_socket, refusal, session_cookie
+from jobs.tests.ws import browser_socket, refusal, session_cookie, settled
 from monitoring import consumers
 from monitoring.events import logs_group
 from monitoring.models import LogLine
@@ -76,7 +76,7 @@ def test_backlog_then_new_lines_then_a_reconnect_resumes_exactly(alice, make_job
         assert await again.receive_nothing(timeout=0.3)
         await again.disconnect()
 
-    async_to_sync(scenario)()
+    settled(scenario)()
 
 
 def test_a_page_too_far_behind_starts_again_from_the_backlog(alice, make_job, monkeypatch):
@@ -97,7 +97,7 @@ def test_a_page_too_far_behind_starts_again_from_the_backlog(alice, make_job, mo
         await again.disconnect()
         return event
 
-    event = async_to_sync(scenario)()
+    event = settled(scenario)()
     assert event["type"] == "log.backlog" and keys(event)[-1] == ("master", 9)
 
 
@@ -116,7 +116,7 @@ def test_many_wakeups_send_each_line_once(alice, make_job):
         await socket.disconnect()
         return got
 
-    assert async_to_sync(scenario)() == [("master", n) for n in range(1, 201)]
+    assert settled(scenario)() == [("master", n) for n in range(1, 201)]
 
 
 def test_the_logs_socket_refuses_with_codes_the_page_understands(alice, bob, make_job):
@@ -128,4 +128,4 @@ def test_the_logs_socket_refuses_with_codes_the_page_understands(alice, bob, mak
         assert await refusal(logs_socket(job.pk, None)) == CLOSE_UNAUTHENTICATED
         assert await refusal(logs_socket(job.pk + 1000, alice_cookie)) == CLOSE_NOT_FOUND
 
-    async_to_sync(scenario)()
+    settled(scenario)()

@@ -6,12 +6,12 @@ import json
 import time
 
 import pytest
-from asgiref.sync import async_to_sync, sync_to_async
+from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 
 from console.asgi import application
 from jobs.models import NodeToken, RejectedAgentMessage
-from jobs.tests.ws import job_socket, session_cookie
+from jobs.tests.ws import job_socket, session_cookie, settled
 from monitoring.models import MetricSample, MetricSeries
 
 from .conftest import place
@@ -64,7 +64,7 @@ def test_a_batch_is_stored_once_acked_each_time_and_reaches_the_jobs_page(alice,
         await page.disconnect()
         return event
 
-    event = async_to_sync(scenario)()
+    event = settled(scenario)()
     assert MetricSample.objects.count() == 4
     assert set(MetricSeries.objects.values_list("metric", "job_id", "node", "gpu", "stream")) == {
         ("GPUUtilization", job.pk, "gpu-01", 0, ""), ("GPUUtilization", None, "gpu-01", 1, ""),
@@ -88,7 +88,7 @@ def test_a_malformed_batch_is_refused_with_a_reason_acked_and_kept_for_staff():
         await agent.disconnect()
         return replies
 
-    error, ack = async_to_sync(scenario)()
+    error, ack = settled(scenario)()
     assert error == {"type": "error", "msg_id": 1, "message": "malformed message: a GPUUtilization sample's value must be a finite number"}
     assert ack == {"type": "ack", "upto": 1}  # the agent drops it: never re-sent
     assert not MetricSample.objects.exists()
@@ -107,5 +107,5 @@ def test_samples_of_metrics_the_console_does_not_know_are_dropped_and_the_rest_s
         await agent.disconnect()
         return ack
 
-    assert async_to_sync(scenario)() == {"type": "ack", "upto": 1}
+    assert settled(scenario)() == {"type": "ack", "upto": 1}
     assert list(MetricSample.objects.values_list("series__metric", "value")) == [("GPUTemperature", 41.0)]

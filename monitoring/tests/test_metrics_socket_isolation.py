@@ -5,10 +5,10 @@ from __future__ import annotations
 import time
 
 import pytest
-from asgiref.sync import async_to_sync, sync_to_async
+from asgiref.sync import sync_to_async
 
 from console.sockets import CLOSE_NOT_FOUND
-from jobs.tests.ws import job_socket, refusal, session_cookie
+from jobs.tests.ws import job_socket, refusal, session_cookie, settled
 
 from .conftest import place
 from .test_metrics_ingest import connect_node
@@ -41,7 +41,7 @@ def test_bob_hears_no_metrics_of_alices_job(alice, bob, make_job):
             await socket.disconnect()
         return code, heard, seen_by_alice
 
-    code, heard_nothing, seen_by_alice = async_to_sync(scenario)()
+    code, heard_nothing, seen_by_alice = settled(scenario)()
     assert code == CLOSE_NOT_FOUND
     assert seen_by_alice["type"] == "job.metrics"  # the event exists; it just never reaches Bob
     assert heard_nothing

@@ -10,7 +10,7 @@ import json
 import time
 
 import pytest
-from asgiref.sync import async_to_sync, sync_to_async
+from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.test import Client
 
@@ -19,6 +19,7 @@ from jobs import actions
 from jobs.models import JobAttempt, TrainingJob
 from jobs.slurm import runs, sync
 from jobs.slurm.models import SlurmJob, SlurmRun
+from jobs.tests.ws import settled
 from monitoring.models import LogLine, MetricSeries
 from nodeagent.protocol import CLOSE_BAD_TOKEN
 from nodeagent.slurm_protocol import REDEEM_PATH, STEP_PATH
@@ -122,7 +123,7 @@ def test_a_run_of_a_deleted_job_is_not_wanted(submitted, fake_slurm):
 def synced(scenario):
     @functools.wraps(scenario)
     def test(*args, **kwargs):
-        return async_to_sync(scenario)(*args, **kwargs)
+        return settled(scenario)(*args, **kwargs)
 
     return test
 
