@@ -2,7 +2,8 @@
 
 Run: `.venv/bin/python benchmarks/fleet.py [--nodes 1000] [--jobs 1000] [--backlog 5000] [--job-seconds 10]`.
 A real console (daphne, one Celery worker, beat) on a throw-away PostgreSQL database and Redis
-db 9 (apart from the test workers' 14, 13, …), and `--nodes` simulated agents in this one process: each speaks the real protocol over its
+db 9 (apart from the test workers' 14, 13, …), and `--nodes` simulated agents spread over
+`--fleet-processes` processes (4), each with its own event loop: each agent speaks the real protocol over its
 own WebSocket with its own node token (nodeagent.connection.Connection, nodeagent.spool.Spool,
 unchanged; the spool skips fsync, as a thousand agents share this one disk). An agent "runs" a
 placement by reporting it preparing and running, printing two lines, and exiting 0 after the
@@ -36,6 +37,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import multiprocessing
 import os
 import random
 import re
@@ -51,6 +53,7 @@ import urllib.request
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import psutil
 import psycopg
@@ -184,16 +187,13 @@ class TimedSpool(Spool):
         cls.acks.clear()
         cls.acks_by_kind.clear()
 
-    @classmethod
-    def by_kind(cls) -> str:
-        return "; ".join(f"{kind} p50 {percentile(times, 50):.3f} s, p99 {percentile(times, 99):.3f} s"
-                         for kind, times in sorted(cls.acks_by_kind.items()))
-
 
 class SimSupervisor:
     """Runs desired placements as timers: preparing, running, two lines, exit 0 after the sleep."""
 
-    running_gpus = 0  # of every agent: GPUs whose command runs now (started, not yet exited)
+    running_gpus = 0  # of this process's agents: GPUs whose command runs now (started, not yet exited)
+    shared: Any = None  # the fleet's array of those counts, one slot per process (Fleet reads it)
+    slot = 0
     seen_at: dict[tuple[int, int], float] = {}  # (job, attempt) → when its desired state reached an agent (epoch s)
     idle_gaps: list[float] = []  # a GPU's seconds between a command's exit and the next command's start
 
@@ -202,6 +202,12 @@ class SimSupervisor:
         self.tasks: dict[str, asyncio.Task] = {}
         self.finished: set[str] = set()
         self.freed_at: dict[int, float] = {}  # GPU index → when its last command exited (monotonic)
+
+    @classmethod
+    def count_running(cls, change: int) -> None:
+        cls.running_gpus += change
+        if cls.shared is not None:
+            cls.shared[cls.slot] = cls.running_gpus
 
     def running(self) -> list[protocol.RunningRef]:
         return [protocol.RunningRef(job_id=int(k.split("/")[0]), attempt=int(k.split("/")[1]), role=k.split("/")[2])
@@ -230,11 +236,11 @@ class SimSupervisor:
                     SimSupervisor.idle_gaps.append(time.monotonic() - self.freed_at.pop(gpu))
             self.outbox.logs(placement["job_id"], placement["attempt"], placement["role"],
                              [[1, started, f"[INFO] Starting the command: {placement['command']}"], [2, started, "training"]])
-            SimSupervisor.running_gpus += len(placement["gpu_indices"])
+            SimSupervisor.count_running(len(placement["gpu_indices"]))
             try:
                 await asyncio.sleep(seconds)
             finally:
-                SimSupervisor.running_gpus -= len(placement["gpu_indices"])
+                SimSupervisor.count_running(-len(placement["gpu_indices"]))
                 self.freed_at.update(dict.fromkeys(placement["gpu_indices"], time.monotonic()))
             self.outbox.attempt(placement, "exited", exit_code=0)
         except asyncio.CancelledError:
@@ -276,11 +282,127 @@ class SimAgent:
             self.task.cancel()
 
 
+class Fleet:
+    """The simulated agents, spread over `processes` processes, each with its own event loop.
+    Real nodes do not share one: with a thousand agents on one loop, a start wave's desired
+    states, spool writes and frames queued the console's acks behind the simulator's own work
+    (0.1-0.5 s of the measured message→ack). Commands go to every process over a pipe, one at
+    a time; GPUs running a command are read from a shared array without asking."""
+
+    def __init__(self, processes: int, names: list[str], tokens: dict[str, str], urls: list[str], work: Path) -> None:
+        context = multiprocessing.get_context("spawn")  # this process has threads and a Redis client
+        self.running = context.Array("q", processes, lock=False)
+        self.lock = threading.Lock()
+        self.pipes, self.processes = [], []
+        for slot in range(processes):
+            mine = [(name, tokens[name], urls[i % len(urls)]) for i, name in enumerate(names) if i % processes == slot]
+            parent, child = context.Pipe()
+            process = context.Process(target=fleet_process, args=(child, slot, processes, self.running, mine, str(work)),
+                                      daemon=True, name=f"fleet-{slot}")
+            process.start()
+            self.pipes.append(parent)
+            self.processes.append(process)
+
+    def ask(self, command: str, *args: Any) -> list[Any]:
+        """Every process's answer to `command`, in slot order."""
+        with self.lock:
+            for pipe in self.pipes:
+                pipe.send((command, args))
+            return [pipe.recv() for pipe in self.pipes]
+
+    def running_gpus(self) -> int:
+        return sum(self.running)
+
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.processes if p.pid is not None]
+
+    def stop(self) -> None:
+        with contextlib.suppress(OSError, EOFError):
+            self.ask("stop")
+        for process in self.processes:
+            process.join(timeout=10)
+
+
+def fleet_process(pipe, slot: int, processes: int, running, agents: list[tuple[str, str, str]], work: str) -> None:
+    asyncio.run(serve_agents(pipe, slot, processes, running, agents, Path(work)))
+
+
+async def serve_agents(pipe, slot: int, processes: int, running, specs: list[tuple[str, str, str]], work: Path) -> None:
+    """One process of the fleet: its agents, and the answers to the Fleet's commands."""
+    SimSupervisor.shared, SimSupervisor.slot = running, slot
+    loop = asyncio.get_running_loop()
+    agents = [SimAgent(name, token, url, work) for name, token, url in specs]
+    lags: list[tuple[float, float]] = []  # (when, how late) this process's event loop woke up
+
+    async def own_lag_forever() -> None:
+        while True:
+            began = time.monotonic()
+            await asyncio.sleep(0.05)
+            lags.append((began, time.monotonic() - began - 0.05))
+
+    async def connect(rate: float) -> None:
+        # the whole fleet connects at `rate` in name order: this process's i-th agent is the
+        # fleet's (i * processes + slot)-th
+        began = time.monotonic()
+        for i, agent in enumerate(agents):
+            await asyncio.sleep(max(0.0, began + (i * processes + slot) / rate - time.monotonic()))
+            agent.start()
+
+    tasks = {loop.create_task(own_lag_forever())}
+    while True:
+        command, args = await loop.run_in_executor(None, pipe.recv)
+        answer: Any = None
+        if command == "connect":
+            tasks.add(loop.create_task(connect(*args)))
+        elif command == "welcomed":
+            answer = [a.welcome_seconds for a in agents if a.welcome_seconds is not None]
+        elif command == "clear":  # from now on: acks, idle gaps (a cordoned queue's wait is not one)
+            TimedSpool.clear()
+            SimSupervisor.idle_gaps.clear()
+            for agent in agents:
+                agent.supervisor.freed_at.clear()
+        elif command == "stats":
+            since = args[0]
+            answer = {"acks": TimedSpool.acks, "by_kind": TimedSpool.acks_by_kind, "gaps": SimSupervisor.idle_gaps,
+                      "seen_at": SimSupervisor.seen_at, "lags": [lag for at, lag in lags if at >= since]}
+        elif command == "kill":
+            answer = {}
+            for agent in agents:
+                if agent.name in args[0]:
+                    agent.kill()
+                    answer[agent.name] = time.time()
+        elif command == "stop":
+            for agent in agents:
+                agent.kill()
+            await asyncio.sleep(0.5)
+            pipe.send(None)
+            return
+        pipe.send(answer)
+
+
+class FleetStats:
+    """What the fleet's processes measured since a `clear`, put together."""
+
+    def __init__(self, answers: list[dict]) -> None:
+        self.acks = [a for answer in answers for a in answer["acks"]]
+        self.by_kind: dict[str, list[float]] = {}
+        for answer in answers:
+            for kind, times in answer["by_kind"].items():
+                self.by_kind.setdefault(kind, []).extend(times)
+        self.gaps = [g for answer in answers for g in answer["gaps"]]
+        self.seen_at = {k: v for answer in answers for k, v in answer["seen_at"].items()}
+        self.lags = [lag for answer in answers for lag in answer["lags"]]
+
+    def kinds(self) -> str:
+        return "; ".join(f"{kind} p50 {percentile(times, 50):.3f} s, p99 {percentile(times, 99):.3f} s"
+                         for kind, times in sorted(self.by_kind.items()))
+
+
 # -- measuring --------------------------------------------------------------------------------
 
 class Probe:
-    def __init__(self, console: Console) -> None:
-        self.console = console
+    def __init__(self, console: Console, fleet: Fleet) -> None:
+        self.console, self.fleet = console, fleet
         self.db = psycopg.connect(f"{PG}/{DB}", autocommit=True)
         # t, connected, lost, GPUs held %, lag p99, jobs waiting, GPUs running a command %
         self.timeline: list[tuple[float, int, int, float, float, int, float]] = []
@@ -292,7 +414,7 @@ class Probe:
         ).fetchone()[0]
         waiting = self.db.execute("SELECT count(*) FROM jobs_trainingjob WHERE status = 'Pending'").fetchone()[0]
         lag = self.lag_p99()
-        running = 100 * SimSupervisor.running_gpus / gpus if gpus else 0
+        running = 100 * self.fleet.running_gpus() / gpus if gpus else 0
         self.timeline.append((time.monotonic() - t0, connected, lost, 100 * held / gpus if gpus else 0, lag, waiting, running))
 
     def diagnose(self, t0: float) -> None:
@@ -337,14 +459,13 @@ class Probe:
         """, [prefix + "%"]).fetchall()
         return [r[0] for r in rows]
 
-    def placed_to_agent(self, prefix: str) -> list[float]:
+    def placed_to_agent(self, prefix: str, seen_at: dict[tuple[int, int], float]) -> list[float]:
         """Seconds from an attempt's creation (the scheduler placed it) to its desired state
-        reaching an agent, for these jobs."""
+        reaching an agent (`seen_at`: FleetStats), for these jobs."""
         rows = self.db.execute("""
             SELECT a.job_id, a.number, extract(epoch FROM a.created_at) FROM jobs_jobattempt a
             JOIN jobs_trainingjob j ON j.id = a.job_id AND j.name LIKE %s""", [prefix + "%"]).fetchall()
-        return [SimSupervisor.seen_at[(job, number)] - float(created) for job, number, created in rows
-                if (job, number) in SimSupervisor.seen_at]
+        return [seen_at[(job, number)] - float(created) for job, number, created in rows if (job, number) in seen_at]
 
     def completions_per_minute(self, prefix: str) -> list[int]:
         """Completions in each full minute from the first to the last completion of these jobs."""
@@ -359,6 +480,17 @@ class Probe:
         return [buckets.get(i, 0) for i in range(max(buckets) + 1)]
 
 
+FLEET_PIDS: list[int] = []  # the fleet's processes (Fleet), counted with this one as "fleet"
+
+
+def fleet_processes() -> list[psutil.Process]:
+    procs = [psutil.Process()]
+    for pid in FLEET_PIDS:
+        with contextlib.suppress(psutil.Error):
+            procs.append(psutil.Process(pid))
+    return procs
+
+
 def console_usage(pids: list[int], seconds: float) -> tuple[float, float]:
     """CPU (% of one core) and resident memory (MB) of the console's processes over `seconds`;
     prints what the rest of the machine used meanwhile (this fleet, PostgreSQL, Redis)."""
@@ -367,7 +499,7 @@ def console_usage(pids: list[int], seconds: float) -> tuple[float, float]:
         with contextlib.suppress(psutil.Error):
             proc = psutil.Process(pid)
             procs += [proc, *proc.children(recursive=True)]
-    others = {"fleet": [psutil.Process()], "postgres": [], "redis": []}
+    others = {"fleet": fleet_processes(), "postgres": [], "redis": []}
     for proc in psutil.process_iter(["name"]):
         name = proc.info["name"] or ""
         if name.startswith(("postgres", "redis")):
@@ -402,7 +534,7 @@ class CpuSampler(threading.Thread):
 
     def __init__(self, console: Console) -> None:
         super().__init__(daemon=True)
-        self.groups: dict[str, list[psutil.Process]] = {"fleet": [psutil.Process()], "postgres": [], "redis": []}
+        self.groups: dict[str, list[psutil.Process]] = {"fleet": fleet_processes(), "postgres": [], "redis": []}
         for name, process in console.processes.items():
             with contextlib.suppress(psutil.Error):
                 proc = psutil.Process(process.pid)
@@ -529,13 +661,14 @@ async def run(args) -> None:
     tree = Path(args.console_tree).resolve() if args.console_tree else ROOT
     console = Console(tree, args.daphnes)
     console.start()
-    probe = Probe(console)
     work = console.tmp / "agents"
     names = [f"fleet-{i:04d}" for i in range(args.nodes)]
     tokens = mint_tokens(console, names)
     users = make_users(console, max(4, args.clients))
     urls = [f"ws://127.0.0.1:{port}{protocol.AGENT_PATH}" for port in console.ports]
-    agents = [SimAgent(name, tokens[name], urls[i % len(urls)], work) for i, name in enumerate(names)]
+    fleet = Fleet(args.fleet_processes, names, tokens, urls, work)
+    FLEET_PIDS[:] = fleet.pids()
+    probe = Probe(console, fleet)
     gpus = 8 * args.nodes
     t0 = time.monotonic()
     loop = asyncio.get_running_loop()
@@ -549,28 +682,22 @@ async def run(args) -> None:
                 await loop.run_in_executor(None, probe.diagnose, t0)
             await asyncio.sleep(2)
 
-    lags: list[tuple[float, float]] = []  # (when, how late) this process's own event loop woke up
-
-    async def own_lag_forever():
-        while True:
-            began = time.monotonic()
-            await asyncio.sleep(0.05)
-            lags.append((began, time.monotonic() - began - 0.05))
+    def ask(command: str, *args):
+        return loop.run_in_executor(None, fleet.ask, command, *args)
 
     sampler = loop.create_task(sample_forever())
-    lag_probe = loop.create_task(own_lag_forever())
-    print(f"console: {console.tree} ({len(console.ports)} daphne), {args.nodes} simulated nodes × 8 GPUs")
+    print(f"console: {console.tree} ({len(console.ports)} daphne), {args.nodes} simulated nodes × 8 GPUs "
+          f"in {args.fleet_processes} processes")
 
     # 1. connect
-    for agent in agents:
-        agent.start()
-        await asyncio.sleep(1 / args.connect_rate)
-    deadline = time.monotonic() + 120
-    while sum(a.welcome_seconds is not None for a in agents) < len(agents) and time.monotonic() < deadline:
+    await ask("connect", args.connect_rate)
+    deadline = time.monotonic() + len(names) / args.connect_rate + 120
+    welcomes: list[float] = []
+    while len(welcomes) < len(names) and time.monotonic() < deadline:
         await asyncio.sleep(0.5)
+        welcomes = [w for answer in await ask("welcomed") for w in answer]
     connected_in = time.monotonic() - t0
-    welcomes = [a.welcome_seconds for a in agents if a.welcome_seconds is not None]
-    print(f"connect: {len(welcomes)}/{len(agents)} welcomed in {connected_in:.1f} s "
+    print(f"connect: {len(welcomes)}/{len(names)} welcomed in {connected_in:.1f} s "
           f"(at {args.connect_rate}/s); hello→welcome p50 {percentile(welcomes, 50):.3f} s, p99 {percentile(welcomes, 99):.3f} s")
 
     # 2. idle
@@ -583,7 +710,7 @@ async def run(args) -> None:
     # 3. jobs while capacity is free
     url = f"http://127.0.0.1:{console.ports[0]}"
     rng = random.Random(7)
-    TimedSpool.clear()
+    await ask("clear")
     runs_before = len(scheduler_runs(console.worker_log()))
     job_t0 = time.monotonic()
     api_latencies, _ = await loop.run_in_executor(None, create_jobs, url, users, args.jobs, args.job_seconds, rng,
@@ -593,16 +720,17 @@ async def run(args) -> None:
     await wait_until_ended(loop, probe, args.job_seconds + 300)
     statuses = Counter(r[0] for r in probe.db.execute("SELECT status FROM jobs_trainingjob").fetchall())
     to_running = probe.created_to_running("free")
-    acks = list(TimedSpool.acks)
+    measured = FleetStats(await ask("stats", job_t0))
+    acks = measured.acks
     runs = scheduler_runs(console.worker_log())[runs_before:]
     print(f"jobs while capacity is free: {args.jobs} created through the API in {created_in:.0f} s "
           f"({args.jobs / created_in:.1f}/s; API p50 {percentile(api_latencies, 50) * 1000:.0f} ms, "
           f"p99 {percentile(api_latencies, 99) * 1000:.0f} ms); {dict(statuses)}")
     print(f"  created→Running p50 {percentile(to_running, 50):.2f} s, p99 {percentile(to_running, 99):.2f} s")
-    pushed = probe.placed_to_agent("free")
+    pushed = probe.placed_to_agent("free", measured.seen_at)
     print(f"  placed→agent (the desired state's way) p50 {percentile(pushed, 50):.2f} s, p99 {percentile(pushed, 99):.2f} s")
     print(f"  agent message→ack p50 {percentile(acks, 50):.3f} s, p99 {percentile(acks, 99):.3f} s ({len(acks)} messages)")
-    print(f"    by message: {TimedSpool.by_kind()}")
+    print(f"    by message: {measured.kinds()}")
     print(f"  console CPU while jobs were created {usage_cpu:.0f} % of one core, RSS {usage_rss:.0f} MB")
     print(f"  scheduler: {len(runs)} runs for {args.jobs} jobs ({len(runs) / max(args.jobs, 1):.2f} per job); "
           f"run time p50 {percentile(runs, 50) * 1000:.0f} ms, p99 {percentile(runs, 99) * 1000:.0f} ms")
@@ -612,10 +740,7 @@ async def run(args) -> None:
         await loop.run_in_executor(None, probe.cordon_all, True)
         _, avg_gpus = await loop.run_in_executor(None, create_jobs, url, users, args.backlog, args.job_seconds, rng,
                                                  args.clients, "backlog")
-        TimedSpool.clear()
-        SimSupervisor.idle_gaps.clear()
-        for agent in agents:
-            agent.supervisor.freed_at.clear()  # the queue was cordoned: that wait is not a gap
+        await ask("clear")  # the queue was cordoned: that wait is not a GPU's idle gap
         runs_before = len(scheduler_runs(console.worker_log()))
         drain_t0, drain_wall = time.monotonic(), time.time()
         await loop.run_in_executor(None, probe.cordon_all, False)
@@ -647,9 +772,8 @@ async def run(args) -> None:
         watcher = None
         if args.kill:
             await asyncio.sleep(args.job_seconds * 2)
-            for agent in agents[-args.kill:]:
-                agent.kill()
-                killed[agent.name] = time.time()
+            for answer in await ask("kill", names[-args.kill:]):
+                killed.update(answer)
             watcher = loop.create_task(watch_killed())
         await wait_until_ended(loop, probe, args.max_drain_seconds)
         drained_in = time.monotonic() - drain_t0
@@ -665,7 +789,8 @@ async def run(args) -> None:
         runs = scheduler_runs(console.worker_log())[runs_before:]
         waited = [row for row in probe.timeline if row[0] >= drain_t0 - t0 + 5 and row[5] > 0]
         busy, running = [row[3] for row in waited], [row[6] for row in waited]
-        acks = list(TimedSpool.acks)
+        measured = FleetStats(await ask("stats", drain_t0))
+        acks = measured.acks
         print(f"backlog: {args.backlog} jobs queued on a cordoned fleet, then uncordoned: ended in {drained_in:.0f} s "
               f"(ideal {ideal_drain:.0f} s: every GPU busy, {avg_gpus:.1f} GPUs per job); {dict(statuses)}")
         print(f"  GPUs held by placements while jobs waited: mean {statistics.mean(busy) if busy else float('nan'):.0f} %, "
@@ -673,14 +798,14 @@ async def run(args) -> None:
               f"see it): mean {statistics.mean(running) if running else float('nan'):.0f} %, "
               f"min {min(running) if running else float('nan'):.0f} %")
         print(f"  completions per minute: {per_minute}; ideal {ideal:.0f}")
-        gaps, pushed = list(SimSupervisor.idle_gaps), probe.placed_to_agent("backlog")
+        gaps, pushed = measured.gaps, probe.placed_to_agent("backlog", measured.seen_at)
         print(f"  a GPU between one command's exit and the next one's start: p50 {percentile(gaps, 50):.2f} s, "
               f"p90 {percentile(gaps, 90):.2f} s, p99 {percentile(gaps, 99):.2f} s; "
               f"placed→agent p50 {percentile(pushed, 50):.2f} s, p99 {percentile(pushed, 99):.2f} s")
         print(f"  agent message→ack p50 {percentile(acks, 50):.3f} s, p99 {percentile(acks, 99):.3f} s ({len(acks)} messages)")
-        print(f"    by message: {TimedSpool.by_kind()}")
-        own = [lag for at, lag in lags if at >= drain_t0]
-        print(f"    of which the simulated fleet's own lag (its one event loop waking late): p50 {percentile(own, 50):.3f} s, "
+        print(f"    by message: {measured.kinds()}")
+        own = measured.lags
+        print(f"    of which the simulated fleet's own lag (its event loops waking late): p50 {percentile(own, 50):.3f} s, "
               f"p99 {percentile(own, 99):.3f} s, max {max(own, default=0):.3f} s")
         print(f"  CPU while draining, % of one core (the machine has {psutil.cpu_count()}): {drain_cpu}")
         print(f"  scheduler: {len(runs)} runs; run time p50 {percentile(runs, 50) * 1000:.0f} ms, "
@@ -707,13 +832,10 @@ async def run(args) -> None:
         for profiler in profilers:
             profiler.wait()
     sampler.cancel()
-    lag_probe.cancel()
     print("timeline (s, connected, Lost, GPUs held %, heartbeat lag p99 s, jobs waiting, GPUs running a command %):")
     for t, connected, lost, busy_pct, lag, waiting, running_pct in probe.timeline[:: max(1, len(probe.timeline) // 40)]:
         print(f"  {t:6.0f} {connected:6d} {lost:5d} {busy_pct:6.1f} {lag:8.2f} {waiting:6d} {running_pct:6.1f}")
-    for agent in agents:
-        agent.kill()
-    await asyncio.sleep(0.5)
+    await loop.run_in_executor(None, fleet.stop)
     console.stop(args.logs)
 
 
@@ -746,6 +868,8 @@ def main() -> None:
     parser.add_argument("--idle-seconds", type=float, default=60)
     parser.add_argument("--kill", type=int, default=10, help="agents killed during the drain")
     parser.add_argument("--daphnes", type=int, default=1, help="daphne processes (agents are spread over them)")
+    parser.add_argument("--fleet-processes", type=int, default=4,
+                        help="processes the simulated agents are spread over, each with its own event loop")
     parser.add_argument("--clients", type=int, default=4, help="threads creating jobs through the API")
     parser.add_argument("--console-tree", default="", help="run the console from this checkout instead")
     parser.add_argument("--logs", default="", help="a directory: the console's logs (daphne, worker, beat) are copied there at the end")
