@@ -23,6 +23,7 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 from django.urls import path  # noqa: E402
 
 from console import live  # noqa: E402
+from console.collector import freeze_imported  # noqa: E402
 from jobs.agent_consumer import AgentConsumer  # noqa: E402
 from jobs.routing import websocket_urlpatterns as job_routes  # noqa: E402
 from jobs.slurm.consumer import SlurmStepConsumer  # noqa: E402
@@ -51,3 +52,5 @@ application = ProtocolTypeRouter({
     "http": django_asgi_app,
     "websocket": websocket_router,
 })
+
+freeze_imported()  # everything is imported: no full collection walks it again
