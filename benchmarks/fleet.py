@@ -133,6 +133,22 @@ class Console:
     def worker_log(self) -> str:
         return (self.tmp / "worker.log").read_text(errors="replace")
 
+    def log_sizes(self) -> dict[str, int]:
+        return {name: (self.tmp / f"{name}.log").stat().st_size for name in self.processes}
+
+    def collector_pauses(self, since: dict[str, int]) -> str:
+        """The garbage-collection pauses each part logged (console.collector) since `since`."""
+        parts = []
+        for name, offset in since.items():
+            with open(self.tmp / f"{name}.log", "rb") as log:
+                log.seek(offset)
+                pauses = [(int(gen), float(s)) for gen, s in re.findall(
+                    r"garbage collection of generation (\d) paused this process for ([0-9.]+) s", log.read().decode(errors="replace"))]
+            if pauses:
+                full = [s for gen, s in pauses if gen == 2]
+                parts.append(f"{name} {len(pauses)} ({len(full)} full, {sum(full):.1f} s in all), longest {max(s for _, s in pauses):.2f} s")
+        return "; ".join(parts) or "none"
+
     def stop(self, keep_logs: str = "") -> None:
         for process in self.processes.values():
             with contextlib.suppress(ProcessLookupError):
@@ -748,6 +764,7 @@ async def run(args) -> None:
         profilers = start_profilers(console, args) if args.profile else []
         sampler_cpu = CpuSampler(console)
         sampler_cpu.start()
+        logged = console.log_sizes()
         killed: dict[str, float] = {}
         declared: dict[str, float] = {}
 
@@ -808,6 +825,7 @@ async def run(args) -> None:
         print(f"    of which the simulated fleet's own lag (its event loops waking late): p50 {percentile(own, 50):.3f} s, "
               f"p99 {percentile(own, 99):.3f} s, max {max(own, default=0):.3f} s")
         print(f"  CPU while draining, % of one core (the machine has {psutil.cpu_count()}): {drain_cpu}")
+        print(f"  garbage-collection pauses over 50 ms while draining: {console.collector_pauses(logged)}")
         print(f"  scheduler: {len(runs)} runs; run time p50 {percentile(runs, 50) * 1000:.0f} ms, "
               f"p99 {percentile(runs, 99) * 1000:.0f} ms, max {max(runs, default=0) * 1000:.0f} ms")
         watchdog = watchdog_runs(console.worker_log(), drain_wall)

@@ -15,6 +15,6 @@ app.autodiscover_tasks()
 @worker_init.connect
 def _short_collector_pauses(**kwargs) -> None:
     # a scheduler run's thousands of rows are the same kind of burst as an agents' wave
-    from console.collector import freeze_imported
+    from console.collector import prepare_for_serving
 
-    freeze_imported()
+    prepare_for_serving()
