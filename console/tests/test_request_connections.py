@@ -16,7 +16,7 @@ def _connections_to_this_database() -> int:
         return cursor.fetchone()[0]
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)  # the requests run on threads of their own
 def test_answered_api_requests_leave_no_database_connection_open():
     async def ask() -> int:
         # a bearer token the API looks up in the database (and refuses: 401)
