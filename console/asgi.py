@@ -23,7 +23,6 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 from django.urls import path  # noqa: E402
 
 from console import live  # noqa: E402
-from console.collector import prepare_for_serving  # noqa: E402
 from jobs.agent_consumer import AgentConsumer  # noqa: E402
 from jobs.routing import websocket_urlpatterns as job_routes  # noqa: E402
 from jobs.slurm.consumer import SlurmStepConsumer  # noqa: E402
@@ -52,5 +51,3 @@ application = ProtocolTypeRouter({
     "http": django_asgi_app,
     "websocket": websocket_router,
 })
-
-prepare_for_serving()  # everything is imported: short collector pauses from here on

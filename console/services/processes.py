@@ -27,7 +27,7 @@ def daphne_command(port: int | str, host: str = "127.0.0.1", python: str = sys.e
         python, "-m", "daphne", *bind,
         "--websocket-max-message-size", str(MAX_MESSAGE_BYTES), "--websocket-max-frame-size", str(MAX_MESSAGE_BYTES),
         "--websocket_connect_timeout", str(CONNECT_TIMEOUT_SECONDS),
-        "console.asgi:application",
+        "console.serving:application",
     ]
 
 
