@@ -96,7 +96,6 @@ class _Run:
         # node → GPU → (owner, claimed) of what this run placed there or promised to a waiting job
         self.taken: dict[int, dict[int, tuple[int, bool]]] = {}
         self.preempted: set[int] = set()  # spot jobs asked to stop in this run
-        self.changes: list[int] = []  # one entry per placement or claim made in this run
         self._typed: dict[str, list[NodeLedger]] = {}
         # node → (free, warm, stopping, running spot) GPU indices, as the ledger read them
         self._sets: dict[int, tuple[frozenset[int], frozenset[int], frozenset[int], frozenset[int]]] = {}
@@ -119,7 +118,6 @@ class _Run:
 
     def take(self, node_id: int, gpus: Iterable[int], owner_id: int, claimed: bool) -> None:
         self.taken.setdefault(node_id, {}).update({index: (owner_id, claimed) for index in gpus})
-        self.changes.append(node_id)
         node = self.ledger.nodes[node_id]
         buckets = self._by_free[node.node.server_type]
         before = self._free[node_id]
@@ -297,9 +295,8 @@ def schedule(requests: Iterable[JobRequest], ledger: Ledger, admission: Admissio
     decision = Decision()
     # capacity only shrinks during a run: a shape that neither fit nor could claim cannot later
     # (what a request can use does not depend on its owner), so a long queue of jobs that wait
-    # costs one look per shape, and one count of what blocks it while nothing changes
-    hopeless: set[_Shape] = set()
-    blockers: dict[tuple[_Shape, int], _Blockers] = {}  # (shape, changes so far): what blocks it
+    # costs one look per shape; what blocks them is counted once per shape, after the run
+    hopeless: dict[_Shape, list[JobRequest]] = {}
     for request in requests:
         if admission is not None and (blocked := admission.block(request)):
             decision.waiting[request.job_id] = blocked
@@ -307,10 +304,7 @@ def schedule(requests: Iterable[JobRequest], ledger: Ledger, admission: Admissio
         shape: _Shape = (request.server_type, request.gpus_per_node, request.node_count, request.spot,
                  request.workspace_id, request.excluded_nodes)
         if shape in hopeless:
-            seen = (shape, len(run.changes))
-            if seen not in blockers:
-                blockers[seen] = _blockers(request, run)
-            decision.waiting[request.job_id] = _describe(request, blockers[seen])
+            hopeless[shape].append(request)
             continue
         assignments = _place_on_free(run, request)
         if assignments is None:
@@ -321,13 +315,26 @@ def schedule(requests: Iterable[JobRequest], ledger: Ledger, admission: Admissio
         elif (claimed := _claim(run, request, pools, decision)) is not None:
             decision.waiting[request.job_id] = claimed
         else:
-            hopeless.add(shape)
-            blockers[(shape, len(run.changes))] = found = _blockers(request, run)
-            decision.waiting[request.job_id] = _describe(request, found)
+            hopeless[shape] = [request]
             continue
         if admission is not None:
             admission.admit(request)
+    _explain_hopeless(hopeless.values(), run, decision)
     return decision
+
+
+def _explain_hopeless(shapes: Iterable[list[JobRequest]], run: _Run, decision: Decision) -> None:
+    """Why the jobs of each shape that could neither fit nor claim wait, as the run leaves the
+    cluster (what they will wait for until the next run). Counted once per shape: counted again
+    after every placement, as it was, a full cluster's queue of many shapes made that count most
+    of a run's time (every GPU of the type, for each shape, after each of hundreds of placements)."""
+    for requests in shapes:
+        found = _blockers(requests[0], run)
+        reasons: dict[int, str] = {}  # owner → reason: "in use by your jobs" is the owner's own
+        for request in requests:
+            if request.owner_id not in reasons:
+                reasons[request.owner_id] = _describe(request, found)
+            decision.waiting[request.job_id] = reasons[request.owner_id]
 
 
 def _plural(n: int, word: str) -> str:
@@ -395,7 +402,7 @@ def _describe(request: JobRequest, found: _Blockers) -> str:
     others = sum(found.in_use.values()) - mine
     for n, what in ((others, "in use by other users' jobs"), (mine, "in use by your jobs"),
                     (found.held["stopping"], "held by stopping jobs"),
-                    (found.held["claimed"], "promised to jobs ahead in the queue"),
+                    (found.held["claimed"], "promised to other waiting jobs"),
                     (found.held["unhealthy"], "unhealthy")):
         if n:
             parts.append(f"{_plural(n, 'GPU')} {what}")

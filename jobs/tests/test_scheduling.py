@@ -107,6 +107,22 @@ def test_it_is_fifo_with_backfill_of_smaller_jobs():
     assert decision.placed[2][0].node_id == 1
 
 
+def test_a_waiting_jobs_reason_counts_what_jobs_behind_it_took_in_the_same_run():
+    # the two-node job cannot fit; the backfilled jobs behind it take GPUs it would need, and its
+    # reason (what it waits for until the next run) says so, for each owner in their own words
+    queue = [request(1, 8, 2, owner=ALICE), request(2, 3, owner=BOB), request(3, 8, 2, owner=BOB), request(4, 2, owner=ALICE)]
+    decision = schedule(queue, ledger([node(1), node(2)], jobs=[hold(2, range(4), 10, owner=CAROL)]))
+    assert set(decision.placed) == {2, 4}
+    assert decision.waiting[1] == (
+        "Waiting for 2 × g2 nodes with 8 free GPUs: 0 fit now; 7 GPUs in use by other users' jobs; "
+        "2 GPUs in use by your jobs"
+    )
+    assert decision.waiting[3] == (
+        "Waiting for 2 × g2 nodes with 8 free GPUs: 0 fit now; 6 GPUs in use by other users' jobs; "
+        "3 GPUs in use by your jobs"
+    )
+
+
 def test_the_first_job_in_line_gets_capacity_before_later_ones():
     decision = schedule([request(1, 8), request(2, 8)], ledger([node(1)]))
     assert list(decision.placed) == [1]
