@@ -866,6 +866,7 @@ async def wait_until_ended(loop, probe: Probe, limit: float) -> None:
 
 def start_profilers(console: Console, args) -> list[subprocess.Popen]:
     py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    Path(args.profile).mkdir(parents=True, exist_ok=True)  # py-spy does not make it, and fails silently
     return [
         subprocess.Popen(
             [py_spy, "record", "--pid", str(process.pid), "--format", "raw", "--rate", str(args.profile_rate), "--subprocesses", "--nonblocking",
