@@ -17,7 +17,7 @@ from django.db import OperationalError
 from django.test import Client, TransactionTestCase
 from rest_framework.test import APIClient
 
-from console import live
+from console.lib import live
 from console.services.objectstore import ObjectStore, start_seaweedfs
 from console.tests.workers import worker_index
 from jobs import actions
@@ -25,6 +25,20 @@ from jobs.tests.factories import UserFactory, api_client, job_fields, logged_in
 
 # 31 × 1,000 mod 12,768: each next worker's ports are 5,464 further round (master_port's spread)
 JOB_IDS_APART = 1000
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every transactional test rolls back by serialization. A flush without it re-creates the
+    content types and permissions (Django's post_migrate) under new ids, and the next serialized
+    test of that worker then fails to restore its own copy of them (a duplicate key)."""
+    for item in items:
+        marker = item.get_closest_marker("django_db")
+        kwargs = dict(marker.kwargs) if marker is not None else {}
+        fixtures = getattr(item, "fixturenames", ())
+        if (kwargs.get("transaction") or "transactional_db" in fixtures or "live_server" in fixtures) \
+                and not kwargs.get("serialized_rollback"):
+            kwargs.update(transaction=True, serialized_rollback=True)
+            item.add_marker(pytest.mark.django_db(**kwargs))
 
 
 @pytest.fixture(scope="session")
@@ -37,11 +51,15 @@ def object_store(tmp_path_factory) -> ObjectStore:
 
 @pytest.fixture
 def object_storage_settings(settings, object_store):
-    """The console's object storage is the suite's real SeaweedFS (what the script check asks)."""
+    """The console's object storage is the suite's real SeaweedFS (users' spaces are made in it,
+    the script check asks it); the identities a test made are deleted after it."""
+    from jobs.tests.storage import forget_identities
+
     settings.S3_ENDPOINT_URL = object_store.endpoint
     settings.S3_ACCESS_KEY = object_store.access_key
     settings.S3_SECRET_KEY = object_store.secret_key
-    return settings
+    yield settings
+    forget_identities(object_store)
 
 
 @pytest.fixture(scope="session")
@@ -51,7 +69,7 @@ def django_db_setup(django_db_setup, django_db_blocker):
     of the suite, the consoles it starts included, connects with this database's setting).
 
     Under pytest-xdist each worker has a database of its own; its job ids start apart, so the
-    rendezvous ports derived from them (jobs.scheduling.master_port) differ between two jobs of
+    rendezvous ports derived from them (jobs.scheduling.decision.master_port) differ between two jobs of
     two workers training at the same time on this machine. A flush keeps sequences as they are."""
     from django.db import connection
 
@@ -86,7 +104,7 @@ def flush_outlasts_a_deadlock():
 
 @pytest.fixture(autouse=True)
 def live_events_stay_with_their_test():
-    """console.live hands events to the loop the last WebSocket came in on. A test stopped by the
+    """console.lib.live hands events to the loop the last WebSocket came in on. A test stopped by the
     timeout leaves its loop running in a thread; the next tests' events must not go there."""
     yield
     live.detach()

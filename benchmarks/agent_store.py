@@ -1,12 +1,12 @@
 """The console's store of a fleet's first wave: what one daphne does per message. Prints figures.
 
-Run: `.venv/bin/python benchmarks/agent_store.py [--nodes 1000] [--rounds 3]`.
+Run: `.venv/bin/python -m benchmarks.agent_store [--nodes 1000] [--rounds 3]`.
 A throw-away PostgreSQL database holds `--nodes` 8-GPU nodes and queued jobs; the real
 scheduler run places them, then the messages each node's agent sends at once as it starts its
 placements (`preparing`, `running`, its first log lines) and, later, as they end (`exited`), are
-stored through the console's own path (jobs.agent_inbox.store_batches) in batches as the
+stored through the console's own path (jobs.channel.inbox.store_batches) in batches as the
 process's store gathers them, timed; and the desired states of those nodes are read as a push
-does (jobs.nodes.registry.desired_placements_of).
+does (jobs.nodes.desired.desired_placements_of).
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ import statistics
 import time
 from unittest import mock
 
-from _stack import BenchDatabase, connected_nodes
+from benchmarks._stack import BenchDatabase, connected_nodes, job_fields
 
-BATCH = 2048  # messages per store call at most (jobs.agent_consumer.STORE_BATCH_MESSAGES); --batch to try others
+BATCH = 2048  # messages per store call at most (jobs.channel.consumer.STORE_BATCH_MESSAGES); --batch to try others
 
 
 def populate(nodes: int, jobs: int, seed: int = 7) -> None:
@@ -35,12 +35,10 @@ def populate(nodes: int, jobs: int, seed: int = 7) -> None:
     rng = random.Random(seed)
     for i in range(jobs):
         gpus, count = rng.choice([1, 2, 4, 8]), rng.choice([1, 1, 2])
-        actions.create_job(users[i % 4], {
-            "name": f"job-{i}", "learning_type": "on_demand", "framework": "pytorch", "framework_version": "2.13.0",
-            "failover_enabled": False, "server_type": "g2", "gpus_per_node": gpus, "memory_gb": 256 * gpus,
-            "node_count": count, "shm_size_gb": 8, "image_url": "registry/trainer:1", "registry_username": "",
-            "volume_mount_path": "", "script_url": "", "command": "sleep 10",
-        }, [])
+        actions.create_job(users[i % 4], job_fields(
+            f"job-{i}", gpus_per_node=gpus, memory_gb=256 * gpus, node_count=count, shm_size_gb=8,
+            image_url="registry/trainer:1", command="sleep 10",
+        ), [])
 
 
 def wave(kind: str) -> list[tuple[int, list[dict], str]]:
@@ -96,7 +94,7 @@ def timed_statement(execute, sql, params, many, context):
 def timed_store(batches, profile: cProfile.Profile | None, limit: int, statements: bool = False) -> tuple[float, float, int]:
     from django.db import connection
 
-    from jobs.agent_inbox import store_batches
+    from jobs.channel.inbox import store_batches
 
     calls = gathered(batches, limit)
     messages = sum(len(m) for _, m, _ in batches)
@@ -120,10 +118,10 @@ def main() -> None:
     parser.add_argument("--profile", default="", help="a file: cProfile statistics of the stores")
     parser.add_argument("--statements", action="store_true", help="print each statement's wall time in the stores")
     args = parser.parse_args()
-    with BenchDatabase(), mock.patch("jobs.notify.request_schedule"), mock.patch("jobs.notify.publish_node_sync"):
-        from jobs import scheduler_run
+    with BenchDatabase(), mock.patch("jobs.channel.notify.request_schedule"), mock.patch("jobs.channel.notify.publish_node_sync"):
         from jobs.models import Node
-        from jobs.nodes import registry
+        from jobs.nodes import desired
+        from jobs.scheduling import scheduler_run
 
         populate(args.nodes, jobs=2 * args.nodes * args.rounds)  # a full cluster every round
         profile = cProfile.Profile() if args.profile else None
@@ -133,7 +131,7 @@ def main() -> None:
             scheduler_run.run()
             cpu, wall = time.process_time(), time.perf_counter()
             read = sum(len(placements) for i in range(0, len(node_ids), 500)
-                       for placements in registry.desired_placements_of(node_ids[i:i + 500]))
+                       for placements in desired.desired_placements_of(node_ids[i:i + 500]))
             figures["desired"].append((time.perf_counter() - wall, time.process_time() - cpu, read))
             for kind in ("start", "exit"):
                 figures[kind].append(timed_store(wave(kind), profile, args.batch, args.statements))

@@ -1,7 +1,13 @@
 """Side-by-side checkpoint benchmark: no checkpoint, synchronous torch.save, DCP async_save, ours.
 
-    .venv/bin/python benchmarks/checkpoint_bench.py            # full run (~7 minutes on an idle 2-core machine)
-    .venv/bin/python benchmarks/checkpoint_bench.py --quick    # a short run (~1.5 minutes)
+    .venv/bin/python -m benchmarks.checkpoint_bench            # full run (~7 minutes on an idle 2-core machine)
+    .venv/bin/python -m benchmarks.checkpoint_bench --quick    # a short run (~1.5 minutes)
+    .venv/bin/python -m benchmarks.checkpoint_bench --against ../main --modes none,torch_save,ours,against
+
+`--against DIR` adds the mode `against`: the same engine run from DIR's `nodeagent/vendor` (another
+checkout, e.g. a `git worktree` of the previous commit), in the same rotation as every other mode,
+and prints this checkout's figures against it. Both run with a CHECKPOINT_SIGNING_KEY in their
+environment, as on the platform (a tree that does not sign ignores it).
 
 The same MLP (~33.6M parameters + AdamW: ~403 MB of state) trains for N steps in every mode and
 checkpoints every K steps to the same storage (`--dir`). Each mode runs in a fresh subprocess, the
@@ -35,8 +41,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-MODES = ("none", "torch_save", "dcp_async", "ours")
+MODES = ("none", "torch_save", "dcp_async", "ours", "against")
 VENDOR = Path(__file__).resolve().parents[1] / "nodeagent" / "vendor"
+SIGNING_KEY = "5c" * 32  # what the platform would put into the job's environment
 
 
 # --- one mode, in its own process ---------------------------------------------------------------
@@ -56,12 +63,12 @@ def build(batch: int) -> tuple[Any, Any, Any]:
 class Checkpointer:
     """One way of checkpointing: `save(step)` blocks training; `finish()` waits for durability."""
 
-    def __init__(self, mode: str, directory: Path, model: Any, optimizer: Any) -> None:
+    def __init__(self, mode: str, directory: Path, model: Any, optimizer: Any, vendor: Path = VENDOR) -> None:
         self.mode, self.directory, self.model, self.optimizer = mode, directory, model, optimizer
         self.future: Any = None
         self.engine: Any = None
-        if mode == "ours":
-            sys.path.insert(0, str(VENDOR))
+        if mode in ("ours", "against"):
+            sys.path.insert(0, str(vendor))
             from concurrent_checkpoint import CheckpointEngine
 
             self.engine = CheckpointEngine(directory, host_cache_size=2, parser_threads=2, keep_last=1000)
@@ -87,7 +94,7 @@ class Checkpointer:
             model_state, optimizer_state = get_state_dict(self.model, self.optimizer)
             self.future = dcp.async_save({"model": model_state, "optim": optimizer_state},
                                          checkpoint_id=str(self.directory / f"step-{step}"))
-        elif self.mode == "ours":
+        elif self.mode in ("ours", "against"):
             self.engine.save(step, self.state())
 
     def finish(self) -> None:
@@ -116,14 +123,15 @@ def tree_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
-def run_mode(mode: str, steps: int, every: int, warmup: int, batch: int, directory: Path) -> dict:
+def run_mode(mode: str, steps: int, every: int, warmup: int, batch: int, directory: Path,
+             vendor: Path = VENDOR) -> dict:
     import warnings
 
     import torch
 
     warnings.filterwarnings("ignore")
     model, optimizer, (x, y) = build(batch)
-    checkpointer = Checkpointer(mode, directory, model, optimizer)
+    checkpointer = Checkpointer(mode, directory, model, optimizer, vendor)
 
     def train_step() -> None:
         loss = torch.nn.functional.mse_loss(model(x), y)
@@ -153,7 +161,8 @@ def run_mode(mode: str, steps: int, every: int, warmup: int, batch: int, directo
     checkpointer.finish()
     durable = time.perf_counter()
     last = {"torch_save": directory / f"step-{steps}.pt", "dcp_async": directory / f"step-{steps}",
-            "ours": directory / "concurrent_checkpoint" / f"step-{steps}"}.get(mode)
+            "ours": directory / "concurrent_checkpoint" / f"step-{steps}",
+            "against": directory / "concurrent_checkpoint" / f"step-{steps}"}.get(mode)
     return {
         "mode": mode, "state_bytes": state_bytes, "stalls": stalls, "step_times": step_times,
         "train_seconds": trained - began, "durable_seconds": durable - began,
@@ -171,19 +180,22 @@ def _cpu_seconds() -> float:
 # --- the parent: runs, rotation, table ----------------------------------------------------------
 
 def child_command(mode: str, args: argparse.Namespace, directory: Path) -> list[str]:
+    vendor = Path(args.against).resolve() / "nodeagent" / "vendor" if mode == "against" else VENDOR
     return [sys.executable, __file__, "--child", mode, "--steps", str(args.steps), "--every", str(args.every),
-            "--warmup", str(args.warmup), "--batch", str(args.batch), "--dir", str(directory)]
+            "--warmup", str(args.warmup), "--batch", str(args.batch), "--dir", str(directory),
+            "--vendor", str(vendor)]
 
 
 def run_all(args: argparse.Namespace) -> dict[str, list[dict]]:
-    results: dict[str, list[dict]] = {m: [] for m in MODES}
+    modes = args.modes
+    results: dict[str, list[dict]] = {m: [] for m in modes}
     base = Path(args.dir)
     base.mkdir(parents=True, exist_ok=True)
     for repeat in range(args.repeats):
-        order = MODES[repeat % len(MODES):] + MODES[:repeat % len(MODES)]
+        order = modes[repeat % len(modes):] + modes[:repeat % len(modes)]
         for mode in order:
             directory = Path(tempfile.mkdtemp(prefix=f"{mode}-", dir=base))
-            env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+            env = {**os.environ, "PYTHONWARNINGS": "ignore", "CHECKPOINT_SIGNING_KEY": SIGNING_KEY}
             done = subprocess.run(child_command(mode, args, directory), capture_output=True, text=True, env=env)
             shutil.rmtree(directory, ignore_errors=True)
             if done.returncode != 0:
@@ -235,7 +247,7 @@ def _paired(results: dict[str, list[dict]], mode: str, measure: Any) -> float:
 
 
 def print_table(rows: dict[str, dict[str, float]], args: argparse.Namespace) -> None:
-    none, save, dcp = rows["none"], rows["torch_save"], rows["dcp_async"]
+    none, save, dcp = rows["none"], rows.get("torch_save"), rows.get("dcp_async")
     state_gb = none["raw"] / 1e9
     print(f"\nload average before/after: {args.load_before:.2f} / {args.load_after:.2f} "
           "(other processes on this machine inflate wall-clock figures; CPU time does not depend on them)")
@@ -245,7 +257,7 @@ def print_table(rows: dict[str, dict[str, float]], args: argparse.Namespace) -> 
     print("| mode | stall median | stall p95 | training time | durable after | other steps "
           "| bytes written / raw | peak RSS | CPU time |")
     print("|---|---|---|---|---|---|---|---|---|")
-    for mode in MODES:
+    for mode in rows:
         r = rows[mode]
         on = mode != "none"
         print(f"| {mode} | {_ms(r['stall_median'], on)} | {_ms(r['stall_p95'], on)} | {r['trained']:.2f} s "
@@ -257,12 +269,23 @@ def print_table(rows: dict[str, dict[str, float]], args: argparse.Namespace) -> 
           "| overhead vs none (until durable) | extra CPU per checkpoint | perceived GB/s |")
     print("|---|---|---|---|---|---|---|")
     checkpoints = args.steps // args.every
-    for mode in MODES[1:]:
+    for mode in [m for m in rows if m != "none"]:
         r = rows[mode]
-        print(f"| {mode} | {r['stall_median'] / save['stall_median']:.3f}x "
-              f"| {r['stall_median'] / dcp['stall_median']:.3f}x | {_pct(r['trained_ratio'])} "
+        print(f"| {mode} | {_ratio(r['stall_median'], save)} "
+              f"| {_ratio(r['stall_median'], dcp)} | {_pct(r['trained_ratio'])} "
               f"| {_pct(r['durable_ratio'])} | {(r['cpu'] - none['cpu']) / checkpoints:.2f} s "
               f"| {state_gb / r['stall_median']:.1f} |")
+    if "ours" in rows and "against" in rows:
+        ours, other = rows["ours"], rows["against"]
+        print(f"\nthis checkout against {args.against}: stall median {ours['stall_median'] / other['stall_median']:.3f}x, "
+              f"stall p95 {ours['stall_p95'] / other['stall_p95']:.3f}x, training time {ours['trained'] / other['trained']:.3f}x, "
+              f"durable after {ours['durable'] / other['durable']:.3f}x, "
+              f"extra CPU per checkpoint {(ours['cpu'] - none['cpu']) / checkpoints:.2f} s vs "
+              f"{(other['cpu'] - none['cpu']) / checkpoints:.2f} s")
+
+
+def _ratio(stall: float, reference: dict[str, float] | None) -> str:
+    return f"{stall / reference['stall_median']:.3f}x" if reference else "-"
 
 
 def _ms(seconds: float, show: bool) -> str:
@@ -284,11 +307,20 @@ def main() -> None:
     parser.add_argument("--dir", default=os.path.join(tempfile.gettempdir(), "checkpoint-bench"))
     parser.add_argument("--json", help="also write every run's raw figures to this file")
     parser.add_argument("--from-json", help="print the tables of an earlier run's --json file, run nothing")
+    parser.add_argument("--against", help="another checkout: its library runs as mode `against`, in rotation")
+    parser.add_argument("--modes", help="comma-separated subset of " + ",".join(MODES) + " (`none` is always run)")
     parser.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)
+    parser.add_argument("--vendor", default=str(VENDOR), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(run_mode(args.child, args.steps, args.every, args.warmup, args.batch, Path(args.dir))))
+        print(json.dumps(run_mode(args.child, args.steps, args.every, args.warmup, args.batch, Path(args.dir),
+                                  Path(args.vendor))))
         return
+    wanted = args.modes.split(",") if args.modes else [m for m in MODES if m != "against" or args.against]
+    unknown = set(wanted) - set(MODES)
+    if unknown or ("against" in wanted and not args.against):
+        parser.error(f"unknown modes {sorted(unknown)}" if unknown else "mode `against` needs --against DIR")
+    args.modes = tuple(m for m in MODES if m in wanted or m == "none")
     if args.quick:
         args.steps, args.repeats = 30, 1
     args.load_before = os.getloadavg()[0]
@@ -301,7 +333,8 @@ def main() -> None:
     results = run_all(args)
     args.load_after = os.getloadavg()[0]
     if args.json:
-        meta = {k: getattr(args, k) for k in ("steps", "every", "batch", "repeats", "dir", "load_before", "load_after")}
+        meta = {k: getattr(args, k) for k in ("steps", "every", "batch", "repeats", "dir", "load_before", "load_after",
+                                              "against")}
         Path(args.json).write_text(json.dumps({"meta": meta, "runs": results}))
     print_table(summarize(results), args)
     shutil.rmtree(args.dir, ignore_errors=True)

@@ -1,7 +1,7 @@
 """Training environments and DeepSpeed checkpoints, side by side.
 
-    .venv/bin/python benchmarks/frameworks.py           # full run (~8 minutes on an idle 2-core machine)
-    .venv/bin/python benchmarks/frameworks.py --quick   # one repeat of each (~3 minutes)
+    .venv/bin/python -m benchmarks.frameworks           # full run (~8 minutes on an idle 2-core machine)
+    .venv/bin/python -m benchmarks.frameworks --quick   # one repeat of each (~3 minutes)
 
 1. Environment preparation, first time vs cached (nodeagent.envcache, as an agent does it during
    `Creating`): a fresh cache directory; the seeded PyTorch environment (torch layer + venv + pip),
@@ -23,7 +23,6 @@ import asyncio
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -31,12 +30,11 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from jobs.tests.e2e.environments import PrintLog, cache_dir, seeded_specs  # noqa: E402
-from nodeagent.envcache import EnvironmentCache  # noqa: E402
-from nodeagent.environment import LAUNCHERS_DIR, VENDOR_DIR  # noqa: E402
+from benchmarks._stack import percentile
+from console.services.ports import free_port
+from jobs.tests.e2e.environments import PrintLog, cache_dir, seeded_specs
+from nodeagent.envcache import EnvironmentCache
+from nodeagent.environment import LAUNCHERS_DIR, VENDOR_DIR
 
 WORKER = Path(__file__).resolve().parent / "deepspeed_checkpoint_worker.py"
 
@@ -87,12 +85,6 @@ def environments(rounds: int) -> None:
     print("disk:", " ".join(size.split()))
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def run_worker(env_bin: Path, mode: str, zero: int, steps: int, every: int, width: int) -> dict:
     out = Path(tempfile.mkdtemp(prefix="simpleai-dsbench-"))
     env = {**os.environ, "PATH": f"{LAUNCHERS_DIR}:{env_bin}:{os.environ['PATH']}", "NNODES": "1", "NODE_RANK": "0",
@@ -111,11 +103,6 @@ def run_worker(env_bin: Path, mode: str, zero: int, steps: int, every: int, widt
         return json.loads(line[len("RESULT "):])
     finally:
         shutil.rmtree(out, ignore_errors=True)
-
-
-def p95(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(0.95 * (len(ordered) - 1))))]
 
 
 def deepspeed_checkpoints(repeats: int, steps: int, every: int, width: int) -> None:
@@ -138,7 +125,7 @@ def deepspeed_checkpoints(repeats: int, steps: int, every: int, width: int) -> N
             stalls = [s for r in results[mode] for s in r["stalls"][1:]]  # the first save pays one-time allocations
             step_times = [s for r in results[mode] for s in r["step_times"][2:]]
             medians[mode] = statistics.median(stalls)
-            print(f"{label:<32} {medians[mode] * 1000:>10.1f} ms {p95(stalls) * 1000:>7.1f} ms "
+            print(f"{label:<32} {medians[mode] * 1000:>10.1f} ms {percentile(stalls, 95) * 1000:>7.1f} ms "
                   f"{statistics.median(step_times) * 1000:>9.1f} ms {statistics.median(r['train_s'] for r in results[mode]):>8.2f}s "
                   f"{statistics.median(r['durable_s'] for r in results[mode]):>13.2f}s")
         print(f"stall: concurrent / DeepSpeed = {medians['ours'] / medians['deepspeed']:.3f} "

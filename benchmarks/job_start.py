@@ -1,6 +1,6 @@
 """Job start latency: create (API) → first log line, on idle nodes. Prints figures; asserts nothing.
 
-Run: `.venv/bin/python benchmarks/job_start.py [--runs 7]`. A real daphne, Celery worker and
+Run: `.venv/bin/python -m benchmarks.job_start [--runs 7]`. A real daphne, Celery worker and
 beat, SeaweedFS and two node agents; each run creates a job through the REST API and times:
 scheduled (status Creating), the agent's first preparation line, and the command's first line.
 """
@@ -11,18 +11,7 @@ import argparse
 import statistics
 import time
 
-import requests_shim as http
-from _stack import BenchStack, percentile
-
-
-def wait_for(predicate, timeout: float = 30.0):
-    deadline = time.perf_counter() + timeout
-    while time.perf_counter() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.005)
-    raise TimeoutError("timed out")
+from benchmarks._stack import BenchStack, api_job, api_user, percentile, post_json, wait_for
 
 
 def main() -> None:
@@ -30,25 +19,16 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=7)
     args = parser.parse_args()
     with BenchStack() as stack:
-        from django.contrib.auth import get_user_model
-        from rest_framework.authtoken.models import Token
-
-        from jobs.models import Node, NodeToken, TrainingJob
+        from jobs.models import TrainingJob
         from monitoring.models import LogLine
 
-        user = get_user_model().objects.create_user("bench")
-        token = Token.objects.create(user=user).key
-        for name in ("bench-a", "bench-b"):
-            stack.agent(name, NodeToken.mint(name)[1])
-        wait_for(lambda: Node.objects.filter(connected=True).count() == 2)
+        _, token = api_user()
+        stack.start_agents(["bench-a", "bench-b"], timeout=30)
         rows = []
         for run in range(args.runs):
             began = time.perf_counter()
-            job_id = http.post_json(f"{stack.url}/api/v1/training-jobs/", token, {
-                "name": f"start-{run}", "learning_type": "on_demand", "framework": "pytorch",
-                "server_type": "g2", "gpus_per_node": 8, "memory_gb": 2048, "node_count": 1, "shm_size_gb": 64,
-                "image_url": "trainer:1", "command": f"echo first-line-{run}",
-            })["id"]
+            job_id = post_json(f"{stack.url}/api/v1/training-jobs/", token,
+                               api_job(f"start-{run}", command=f"echo first-line-{run}"))["id"]
             created = time.perf_counter()
             wait_for(lambda job_id=job_id: TrainingJob.objects.filter(pk=job_id).exclude(status="Pending").exists())
             scheduled = time.perf_counter()

@@ -1,6 +1,6 @@
 """Log pipeline benchmark: agents → daphne → PostgreSQL, and agent → browser latency.
 
-Prints figures; asserts nothing. Run: `.venv/bin/python benchmarks/log_pipeline.py [--quick]`.
+Prints figures; asserts nothing. Run: `.venv/bin/python -m benchmarks.log_pipeline [--quick]`.
 
 1. Throughput: N simulated agents speak the real agent protocol (hello, then `logs` batches,
    waiting for the console's acks with a window of batches in flight) to a real daphne; we
@@ -19,7 +19,7 @@ import asyncio
 import json
 import time
 
-from _stack import BenchStack, percentile, run_on_bench_nodes
+from benchmarks._stack import BenchStack, agent_hello, agent_socket, job_fields, percentile, run_on_bench_nodes
 
 BATCH = 500
 WINDOW = 8
@@ -33,12 +33,7 @@ def setup_job(agents: int):
     from jobs.models import NodeToken
 
     user = get_user_model().objects.create_user("bench", password="bench-pass-123")
-    job = actions.create_job(user, {
-        "name": "log-bench", "learning_type": "on_demand", "framework": "pytorch", "framework_version": "2.13.0",
-        "failover_enabled": False, "server_type": "g2", "gpus_per_node": 8, "memory_gb": 2048, "node_count": 1,
-        "shm_size_gb": 64, "image_url": "trainer:1", "registry_username": "", "volume_mount_path": "",
-        "script_url": "", "command": "true",
-    }, [])
+    job = actions.create_job(user, job_fields("log-bench"), [])
     # the benchmark feeds attempt 1 itself, no scheduler involved: bench-node-i runs worker-i,
     # node 0 also master (the latency probe)
     run_on_bench_nodes(job, [[f"worker-{i}", *(["master"] if i == 0 else [])] for i in range(agents)], gpus=0)
@@ -52,17 +47,10 @@ def setup_job(agents: int):
 
 
 async def fake_agent(url: str, token: str, index: int, job_id: int, batches: int, start: asyncio.Event) -> int:
-    from websockets.asyncio.client import connect
-
-    name = f"bench-node-{index}"
-    async with connect(url.replace("http", "ws") + "/ws/agent/", additional_headers={"Authorization": f"Bearer {token}"}, max_size=2**24) as ws:
+    async with agent_socket(url, token) as ws:
         roles = [f"worker-{index}", *(["master"] if index == 0 else [])]
         running = [{"job_id": job_id, "attempt": 1, "role": role} for role in roles]
-        await ws.send(json.dumps({"type": "hello", "protocol": 1, "running": running, "node": {
-            "name": name, "server_type": "g2", "address": "127.0.0.1", "cpus": 2, "memory_gb": 24,
-            "runtime": "process", "agent_version": "bench",
-            "gpus": [{"index": i, "uuid": f"GPU-{name}-{i}", "model": "NVIDIA H100 SXM", "memory_gb": 80} for i in range(8)],
-        }}))
+        await ws.send(agent_hello(f"bench-node-{index}", running))
         await start.wait()
         in_flight, acked, sent, seq = 0, 0, 0, 1  # line seqs start at 1 (the protocol's range)
         while acked < batches:
@@ -106,12 +94,9 @@ async def latency(url: str, token: str, job_id: int, session_key: str, seconds: 
                     received.extend(now - line["ts"] for line in event["lines"] if line["stream"] == "master")
 
         watcher = asyncio.create_task(watch())
-        async with connect(url.replace("http", "ws") + "/ws/agent/", additional_headers={"Authorization": f"Bearer {token}"}) as agent:
+        async with agent_socket(url, token, max_size=2**20) as agent:
             running = [{"job_id": job_id, "attempt": 1, "role": role} for role in ("worker-0", "master")]
-            await agent.send(json.dumps({"type": "hello", "protocol": 1, "running": running, "node": {
-                "name": "bench-node-0", "server_type": "g2", "address": "127.0.0.1", "cpus": 2, "memory_gb": 24,
-                "runtime": "process", "agent_version": "bench", "gpus": [],
-            }}))
+            await agent.send(agent_hello("bench-node-0", running, gpus=0))
             per_batch, interval = rate // 20, 0.05
             seq, msg_id, next_at = 1, 0, time.perf_counter()
             end = next_at + seconds
@@ -135,6 +120,7 @@ def raw_ceiling(job_id: int, rows: int) -> tuple[float, float]:
 
     from django.db import connection
 
+    from jobs.sql.bulk import rows_param
     from monitoring.ingest import _INSERT_SQL
 
     now = datetime.now(tz=UTC)
@@ -144,7 +130,7 @@ def raw_ceiling(job_id: int, rows: int) -> tuple[float, float]:
         began = time.perf_counter()
         for start in range(0, rows, BATCH):
             chunk = range(start, min(rows, start + BATCH))
-            cursor.execute(_INSERT_SQL, [job_id, "raw", 1, list(chunk), [stamp] * len(chunk), [data[i][5] for i in chunk]])
+            cursor.execute(_INSERT_SQL, [job_id, "raw", 1, rows_param([list(chunk), [stamp] * len(chunk), [data[i][5] for i in chunk]])])
         insert_rate = rows / (time.perf_counter() - began)
         cursor.execute("DELETE FROM monitoring_logline WHERE stream = 'raw'")
         raw = cursor.connection
@@ -164,6 +150,7 @@ def trigger_cost(job_id: int, rows: int, rounds: int = 3) -> dict[str, float]:
 
     from django.db import connection
 
+    from jobs.sql.bulk import rows_param
     from monitoring.ingest import _INSERT_SQL
 
     trigger = importlib.import_module("monitoring.migrations.0006_logline_lock_order")
@@ -184,7 +171,7 @@ def trigger_cost(job_id: int, rows: int, rounds: int = 3) -> dict[str, float]:
                 began = time.perf_counter()
                 for start in range(0, rows, BATCH):
                     chunk = list(range(start, min(rows, start + BATCH)))
-                    cursor.execute(_INSERT_SQL, [job_id, stream, 1, chunk, [stamp] * len(chunk), [f"step {i} loss 0.{i:06d}" for i in chunk]])
+                    cursor.execute(_INSERT_SQL, [job_id, stream, 1, rows_param([chunk, [stamp] * len(chunk), [f"step {i} loss 0.{i:06d}" for i in chunk]])])
                 rates[name].append(rows / (time.perf_counter() - began))
         cursor.execute(trigger.LOCK_ROW_THEN_STREAM.format(sequence=sequence))
         cursor.execute("ALTER TABLE monitoring_logline ENABLE TRIGGER logline_in_commit_order")

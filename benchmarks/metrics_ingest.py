@@ -1,6 +1,6 @@
 """Metrics benchmark: ingestion through daphne, the roll-up of a day, a 7-day chart query.
 
-Prints figures; asserts nothing. Run: `.venv/bin/python benchmarks/metrics_ingest.py [--quick]`.
+Prints figures; asserts nothing. Run: `.venv/bin/python -m benchmarks.metrics_ingest [--quick]`.
 The target load is 1,000 nodes × 8 GPUs sampled every 10 s: 800 GPU readings a second.
 
 1. Ingestion: N simulated agents speak the real protocol (hello, then `metrics` batches, a
@@ -26,7 +26,7 @@ import time
 os.environ.setdefault("BENCH_DATABASE", "simpleai_metrics_bench")
 os.environ.setdefault("BENCH_REDIS_URL", "redis://127.0.0.1:6379/8")
 
-from _stack import BenchStack, percentile, run_on_bench_nodes
+from benchmarks._stack import BenchStack, agent_hello, agent_socket, job_fields, percentile, run_on_bench_nodes
 
 WINDOW = 4  # batches in flight per agent
 GPU_METRICS = 12
@@ -41,12 +41,7 @@ def setup(agents: int) -> tuple[list[str], int]:
     from jobs.models import NodeToken
 
     user = get_user_model().objects.create_user("bench", password="bench-pass-123")
-    job = actions.create_job(user, {
-        "name": "metrics-bench", "learning_type": "on_demand", "framework": "pytorch", "framework_version": "2.13.0",
-        "failover_enabled": False, "server_type": "g2", "gpus_per_node": 8, "memory_gb": 2048, "node_count": 1,
-        "shm_size_gb": 64, "image_url": "trainer:1", "registry_username": "", "volume_mount_path": "",
-        "script_url": "", "command": "true",
-    }, [])
+    job = actions.create_job(user, job_fields("metrics-bench"), [])
     # a node sends training and GPU metrics only of jobs it runs: every bench node holds a
     # placement of the job (node 0 its master), as a job of `agents` nodes would
     run_on_bench_nodes(job, [[role_of(i)] for i in range(agents)], gpus=8)
@@ -67,16 +62,9 @@ def tick(index: int, ts: float, job_id: int) -> list[list]:
 
 
 async def fake_agent(url: str, token: str, index: int, job_id: int, batches: int, start: asyncio.Event) -> int:
-    from websockets.asyncio.client import connect
-
-    name = f"bench-node-{index}"
-    async with connect(url.replace("http", "ws") + "/ws/agent/", additional_headers={"Authorization": f"Bearer {token}"}, max_size=2**24) as ws:
+    async with agent_socket(url, token) as ws:
         running = [{"job_id": job_id, "attempt": 1, "role": role_of(index)}]
-        await ws.send(json.dumps({"type": "hello", "protocol": 1, "running": running, "node": {
-            "name": name, "server_type": "g2", "address": "127.0.0.1", "cpus": 2, "memory_gb": 24,
-            "runtime": "process", "agent_version": "bench",
-            "gpus": [{"index": i, "uuid": f"GPU-{name}-{i}", "model": "NVIDIA H100 SXM", "memory_gb": 80} for i in range(8)],
-        }}))
+        await ws.send(agent_hello(f"bench-node-{index}", running))
         await start.wait()
         in_flight = acked = sent = samples = 0
         last = 0.0

@@ -1,6 +1,6 @@
 """Failover recovery time: fault injected → first training step after resume. Printed, not asserted.
 
-Run: `.venv/bin/python benchmarks/recovery.py [--runs 3]`. A real console, Celery, SeaweedFS and
+Run: `.venv/bin/python -m benchmarks.recovery [--runs 3]`. A real console, Celery, SeaweedFS and
 three node agents with simulated GPUs; a 1-node job trains with the concurrent checkpointing
 library (checkpoint every 5 steps, mirrored to S3); XID 79 is injected on its GPU, and the
 job fails over to another node. Breakdown, from the history rows and the log lines:
@@ -15,40 +15,31 @@ import argparse
 import re
 import statistics
 import time
-from pathlib import Path
 
-from _stack import BenchStack
+from benchmarks._stack import ROOT, BenchStack, job_fields
+from benchmarks._stack import wait_for as _wait_for
 
-SCRIPT = Path(__file__).resolve().parent.parent / "jobs" / "tests" / "e2e" / "scripts" / "train_ckpt.py"
+SCRIPT = ROOT / "jobs" / "tests" / "e2e" / "scripts" / "train_ckpt.py"
 
 
 def wait_for(predicate, timeout: float = 120.0, interval: float = 0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise TimeoutError("timed out")
+    return _wait_for(predicate, timeout=timeout, interval=interval)
 
 
-def one_run(run: int, owner, stack) -> dict:
+def one_run(run: int, owner, stack, script_url: str) -> dict:
     from jobs import actions
     from jobs.models import JobAttempt, Node, TrainingJob
-    from jobs.nodes import registry
+    from jobs.nodes import hardware
     from monitoring.models import LogLine
 
-    job = actions.create_job(owner, {
-        "name": f"recover-{run}", "learning_type": "on_demand", "framework": "pytorch", "framework_version": "2.13.0",
-        "failover_enabled": True, "server_type": "g2", "gpus_per_node": 1, "memory_gb": 256, "node_count": 1,
-        "shm_size_gb": 8, "image_url": "trainer:1", "registry_username": "", "volume_mount_path": "",
-        "script_url": "s3://bench-scripts/train_ckpt.py",
-        "command": "PYTHONPATH=$CHECKPOINT_VENDOR torchrun train_ckpt.py --steps 400 --every 5 --sleep 0.1",
-    }, [])
+    job = actions.create_job(owner, job_fields(
+        f"recover-{run}", failover_enabled=True, gpus_per_node=1, memory_gb=256, shm_size_gb=8, script_url=script_url,
+        command="PYTHONPATH=$CHECKPOINT_VENDOR torchrun train_ckpt.py --steps 400 --every 5 --sleep 0.1",
+    ), [])
     wait_for(lambda: (TrainingJob.objects.get(pk=job.pk).checkpoint_step or 0) >= 10)
     placement = JobAttempt.objects.get(job=job, number=1).placements.get()
     injected = time.time()
-    registry.inject_fault(placement.node_id, "xid", placement.gpu_indices[0], 79)
+    hardware.inject_fault(placement.node_id, "xid", placement.gpu_indices[0], 79)
     try:
         wait_for(lambda: TrainingJob.objects.get(pk=job.pk).current_attempt == 2 and
                  TrainingJob.objects.get(pk=job.pk).status == "Running")
@@ -68,7 +59,7 @@ def one_run(run: int, owner, stack) -> dict:
         for text in LogLine.objects.filter(job=job).order_by("attempt", "seq").values_list("attempt", "text"):
             print(text)
         print(TrainingJob.objects.get(pk=job.pk).status, TrainingJob.objects.get(pk=job.pk).status_reason)
-        listing = stack.store.client().list_objects_v2(Bucket="simpleai-results", Prefix=f"jobs/{job.pk}/checkpoints/")
+        listing = stack.store.client().list_objects_v2(Bucket=f"simpleai-u{owner.pk}", Prefix=f"jobs/{job.pk}/checkpoints/")
         print([o["Key"] for o in listing.get("Contents", [])])
         raise
     changes = {c.new_status: c.created_at.timestamp() for c in TrainingJob.objects.get(pk=job.pk).status_changes.order_by("id")}
@@ -102,16 +93,10 @@ def main() -> None:
     with BenchStack() as stack:
         from django.contrib.auth import get_user_model
 
-        from jobs.models import Node, NodeToken
-
-        client = stack.store.client()
-        client.create_bucket(Bucket="bench-scripts")
-        client.upload_file(str(SCRIPT), "bench-scripts", "train_ckpt.py")
         owner = get_user_model().objects.create_user("bench")
-        for name in ("bench-a", "bench-b", "bench-c"):
-            stack.agent(name, NodeToken.mint(name)[1])
-        wait_for(lambda: Node.objects.filter(connected=True).count() == 3)
-        rows = [one_run(run, owner, stack) for run in range(args.runs)]
+        script_url = stack.upload_as(owner, "uploads/train_ckpt.py", SCRIPT)  # the owner's own space and keys
+        stack.start_agents(["bench-a", "bench-b", "bench-c"])
+        rows = [one_run(run, owner, stack, script_url) for run in range(args.runs)]
     print(f"\nFailover recovery, {args.runs} runs, XID 79 on a 1-node job (checkpoint every 5 steps, 0.1 s a step)")
     for key in ("detection", "reallocation", "restart", "checkpoint load", "total"):
         values = [row[key] for row in rows]

@@ -1,18 +1,19 @@
 """The placement decision right after a wave of exits on a big, busy cluster. Prints figures; asserts nothing.
 
-Run: `.venv/bin/python benchmarks/schedule_wave.py [--nodes 1000] [--queued 4000] [--rounds 3]
+Run: `.venv/bin/python -m benchmarks.schedule_wave [--nodes 1000] [--queued 4000] [--rounds 3]
 [--against DIR]`. Plain data, no database: a ledger of `--nodes` 8-GPU nodes where a wave of
 exits has just freed one to two GPUs on most nodes (what a fleet of 10 s jobs looks like in the
 fleet benchmark's drain), and `--queued` waiting jobs of four users, 1-2 nodes × 1-8 GPUs. The
 run places what fits (hundreds of jobs, backfilled) and says why the rest wait: the decision
-jobs.scheduling.schedule makes on every scheduler run of a drain, timed. With `--against DIR`
-the same ledger and queue are decided by DIR's jobs.scheduling too (another checkout, e.g. a
+jobs.scheduling.placement.schedule makes on every scheduler run of a drain, timed. With `--against DIR`
+the same ledger and queue are decided by DIR's scheduler too (another checkout, e.g. a
 `git worktree` of an earlier commit), in alternating rounds, and the ratio is printed.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import random
 import statistics
@@ -27,8 +28,14 @@ NOW = datetime(2026, 12, 4, tzinfo=UTC)
 
 def decide(nodes: int, queued: int, seed: int) -> tuple[float, int, int]:
     """One decision on a fresh ledger: (seconds, jobs placed, jobs waiting)."""
-    from jobs.capacity import JobHold, NodeInfo, build
-    from jobs.scheduling import JobRequest, schedule
+    try:
+        from jobs.scheduling.capacity import JobHold, NodeInfo, build
+        from jobs.scheduling.decision import JobRequest
+        from jobs.scheduling.placement import schedule
+    except ModuleNotFoundError:  # an --against checkout from before jobs/ had sub-packages
+        capacity, scheduling = (importlib.import_module(name) for name in ("jobs.capacity", "jobs.scheduling"))
+        JobHold, NodeInfo, build = capacity.JobHold, capacity.NodeInfo, capacity.build
+        JobRequest, schedule = scheduling.JobRequest, scheduling.schedule
 
     rng = random.Random(seed)
     infos = [NodeInfo(i, f"node-{i:04d}", "g2", tuple(range(8))) for i in range(1, nodes + 1)]
@@ -44,7 +51,7 @@ def decide(nodes: int, queued: int, seed: int) -> tuple[float, int, int]:
 
 
 def in_tree(tree: Path, nodes: int, queued: int, seed: int) -> tuple[float, int, int]:
-    """The same decision with `tree`'s jobs.scheduling, in a process of its own."""
+    """The same decision with `tree`'s scheduler, in a process of its own."""
     code = ("import json, sys; sys.path.insert(0, sys.argv[1]); sys.path.insert(0, sys.argv[2]); "
             "from schedule_wave import decide; print(json.dumps(decide(*map(int, sys.argv[3:]))))")
     out = subprocess.run([sys.executable, "-c", code, str(tree), str(Path(__file__).parent), str(nodes), str(queued), str(seed)],

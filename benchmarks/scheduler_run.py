@@ -1,15 +1,15 @@
 """Scheduler run time on a busy shared cluster. Prints figures; asserts nothing.
 
-Run: `.venv/bin/python benchmarks/scheduler_run.py [--nodes 100] [--jobs 1000] [--runs 5]`.
+Run: `.venv/bin/python -m benchmarks.scheduler_run [--nodes 100] [--jobs 1000] [--runs 5]`.
 A throw-away PostgreSQL database holds `--nodes` 8-GPU nodes and `--jobs` queued jobs of
 several users (1–4 nodes × 1–8 GPUs, one in five spot, one in four users with a GPU quota),
-and the real scheduler run (jobs.scheduler_run.run: ledger, policies, placement, attempts,
+and the real scheduler run (jobs.scheduling.scheduler_run.run: ledger, policies, placement, attempts,
 waiting reasons) is timed:
 
 - first run: places what fits into the empty cluster (attempts, placements, history rows);
 - steady runs: the cluster is full and every queued job still waits — the run that repeats
   on every event and tick while a queue is long;
-- the plain placement alone (jobs.scheduling.schedule on the same ledger), for the split
+- the plain placement alone (jobs.scheduling.placement.schedule on the same ledger), for the split
   between deciding and reading/writing the database;
 - a run whose every waiting reason changes (a fleet's backlog: the counts in the reasons move
   on every run), with the live events really sent through the Channels layer on Redis
@@ -28,7 +28,7 @@ import statistics
 import time
 from unittest import mock
 
-from _stack import BenchDatabase, connected_nodes
+from benchmarks._stack import BenchDatabase, connected_nodes, job_fields
 
 
 def populate(nodes: int, jobs: int, seed: int = 7) -> None:
@@ -46,19 +46,17 @@ def populate(nodes: int, jobs: int, seed: int = 7) -> None:
         gpus = rng.choice([1, 2, 4, 8, 8])
         count = rng.choice([1, 1, 2, 4])
         owner = rng.choice(users)
-        actions.create_job(owner, {
-            "name": f"job-{i}", "learning_type": "spot" if i % 5 == 0 else "on_demand", "framework": "pytorch",
-            "framework_version": "2.13.0", "failover_enabled": False, "server_type": "g2", "gpus_per_node": gpus,
-            "memory_gb": 256 * gpus, "node_count": count, "shm_size_gb": 8, "image_url": "registry/trainer:1",
-            "registry_username": "", "volume_mount_path": "", "script_url": "", "command": "true",
-        }, [])
+        actions.create_job(owner, job_fields(
+            f"job-{i}", learning_type="spot" if i % 5 == 0 else "on_demand", gpus_per_node=gpus, memory_gb=256 * gpus,
+            node_count=count, shm_size_gb=8, image_url="registry/trainer:1",
+        ), [])
 
 
 def timed_run() -> tuple[float, int, object]:
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from jobs import scheduler_run
+    from jobs.scheduling import scheduler_run
 
     with CaptureQueriesContext(connection) as queries:
         started = time.perf_counter()
@@ -68,10 +66,10 @@ def timed_run() -> tuple[float, int, object]:
 
 
 def plain_placement() -> float:
-    from jobs import policy, scheduler_run
-    from jobs.capacity_load import load_ledger
     from jobs.models import TrainingJob
-    from jobs.scheduling import schedule
+    from jobs.scheduling import policy, scheduler_run
+    from jobs.scheduling.capacity_load import load_ledger
+    from jobs.scheduling.placement import schedule
 
     ledger = load_ledger()
     waiting = list(TrainingJob.objects.filter(status__in=scheduler_run.WAITING).select_related("server_type"))
@@ -84,8 +82,9 @@ def plain_placement() -> float:
 
 def reason_rewrite_run(together: bool) -> float:
     """One run after every waiting reason was reset, so each one changes and is sent live."""
-    from jobs import actions, events, scheduler_run
+    from jobs import actions, events
     from jobs.models import TrainingJob
+    from jobs.scheduling import scheduler_run
 
     TrainingJob.objects.filter(status__in=scheduler_run.WAITING).update(status_reason="Waiting to be scheduled")
     batch = events.batched if together else contextlib.nullcontext
@@ -105,7 +104,7 @@ def main() -> None:
     args = parser.parse_args()
     with BenchDatabase():
         # requests for another run and live events go nowhere: nothing listens in a benchmark
-        with mock.patch("jobs.notify.request_schedule"), mock.patch("jobs.actions.send_job_event"):
+        with mock.patch("jobs.channel.notify.request_schedule"), mock.patch("jobs.actions.send_job_event"):
             populate(args.nodes, args.jobs)
             first, first_queries, summary = timed_run()
             print(f"{args.nodes} nodes × 8 GPUs, {args.jobs} queued jobs")
@@ -122,9 +121,9 @@ def main() -> None:
             print(f"steady run ({steady[0][2].waiting} jobs waiting, cluster full): median {statistics.median(times) * 1000:.0f} ms, "
                   f"max {max(times) * 1000:.0f} ms, {steady[0][1]} queries")
             plain = [plain_placement() for _ in range(args.runs)]
-            print(f"placement decision alone (jobs.scheduling.schedule): median {statistics.median(plain) * 1000:.0f} ms")
+            print(f"placement decision alone (jobs.scheduling.placement.schedule): median {statistics.median(plain) * 1000:.0f} ms")
         if args.event_rounds:
-            with mock.patch("jobs.notify.request_schedule"):
+            with mock.patch("jobs.channel.notify.request_schedule"):
                 modes = {"together": [], "one by one": []}
                 for _ in range(args.event_rounds):
                     for mode in modes:

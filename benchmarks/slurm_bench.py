@@ -1,6 +1,6 @@
 """Slurm backend: submit → first log line through Slurm vs through our agents, and a 200-job drain.
 
-Run: `.venv/bin/python benchmarks/slurm_bench.py [--runs 7] [--drain 200]` as root on a machine with
+Run: `.venv/bin/python -m benchmarks.slurm_bench [--runs 7] [--drain 200] [--drained 30]` as root on a machine with
 Debian's Slurm packages (.ci/run installs them). Prints figures; asserts nothing.
 
 Everything is real: a console (daphne, Celery worker and beat, SeaweedFS, PostgreSQL), two node
@@ -15,30 +15,29 @@ checks from Slurm's own completion records that no node ever held more than its 
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
-import sys
 import time
 from collections import defaultdict
+from typing import Any
 
-import requests_shim as http
-from _stack import ROOT, BenchStack, percentile
+from benchmarks._stack import BenchStack, api_job, api_user, percentile, post_json
+from benchmarks._stack import wait_for as _wait_for
 
 SHAPES = [(2, 4), (1, 8), (1, 2), (2, 1), (1, 1)]  # (nodes, GPUs per node), cycled
 
 
 def wait_for(predicate, timeout: float = 120.0, interval: float = 0.01):
-    from jobs.tests.e2e.stack import wait_until
-
-    return wait_until(predicate, timeout=timeout, interval=interval)
+    return _wait_for(predicate, timeout=timeout, interval=interval)
 
 
 def job_payload(name: str, server_type: str, command: str, nodes: int = 1, gpus: int = 1) -> dict:
     memory = {"g2": 256, "g3": 512}[server_type] * gpus
-    return {
-        "name": name, "learning_type": "on_demand", "framework": "pytorch", "server_type": server_type,
-        "gpus_per_node": gpus, "memory_gb": memory, "node_count": nodes, "shm_size_gb": 1, "image_url": "trainer:1",
-        "command": command, "keep_alive_minutes": 0,
-    }
+    return api_job(name, server_type=server_type, gpus_per_node=gpus, memory_gb=memory, node_count=nodes,
+                   shm_size_gb=1, command=command, keep_alive_minutes=0)
+
+
+TRACES: dict[str, tuple[int, float]] = {}  # backend → (job id, wall clock of its API call): the last run's
 
 
 def time_one_start(stack: BenchStack, token: str, backend: str, run: int) -> tuple[float, ...]:
@@ -47,9 +46,10 @@ def time_one_start(stack: BenchStack, token: str, backend: str, run: int) -> tup
 
     marker = f"first-line-{backend}-{run}"
     began, wall = time.perf_counter(), time.time()
-    job_id = http.post_json(f"{stack.url}/api/v1/training-jobs/", token, job_payload(
+    job_id = post_json(f"{stack.url}/api/v1/training-jobs/", token, job_payload(
         f"start-{backend}-{run}", "g2" if backend == "agents" else "g3", f"echo {marker}"))["id"]
     answered = time.perf_counter()
+    TRACES[backend] = (job_id, wall)
     wait_for(lambda: LogLine.objects.filter(job_id=job_id).exclude(text__startswith="[SLURM]").exists())
     first_line = time.perf_counter()
     wait_for(lambda: LogLine.objects.filter(job_id=job_id, text=marker).exists())
@@ -57,8 +57,15 @@ def time_one_start(stack: BenchStack, token: str, backend: str, run: int) -> tup
     wait_for(lambda: TrainingJob.objects.filter(pk=job_id, status="Completed").exists())
     completed = time.perf_counter()
     # nodes assigned: the agents' scheduler placed it, or Slurm allocated it and the batch step redeemed its key
-    creating = JobStatusChange.objects.get(job_id=job_id, new_status="Creating").created_at.timestamp() - wall
-    return answered - began, creating, first_line - began, command_line - began, completed - began
+    def status_at(status: str) -> float:
+        return JobStatusChange.objects.get(job_id=job_id, new_status=status).created_at.timestamp() - wall
+
+    from jobs.slurm.models import SlurmJob
+
+    submitted = SlurmJob.objects.filter(training_job_id=job_id).values_list("submitted_at", flat=True).first()
+    to_slurm = submitted.timestamp() - wall if submitted else float("nan")
+    return (answered - began, to_slurm, status_at("Creating"), status_at("Running"), first_line - began,
+            command_line - began, completed - began)
 
 
 def part_one(stack: BenchStack, token: str, runs: int) -> None:
@@ -70,11 +77,12 @@ def part_one(stack: BenchStack, token: str, runs: int) -> None:
             time.sleep(0.5)
     print(f"\n1. Submit → first log line, {runs} runs each, alternating (seconds from the API call; medians, p90 in brackets)")
     print(f"   {'':<28}{'agents':>16}{'Slurm':>16}{'Slurm / agents':>16}")
-    for label, index in (("API answered", 0), ("nodes assigned (Creating)", 1), ("first log line", 2),
-                         ("command's first line", 3), ("Completed", 4)):
+    for label, index in (("API answered", 0), ("submitted to Slurm", 1), ("nodes assigned (Creating)", 2),
+                         ("Running", 3), ("first log line", 4), ("command's first line", 5),
+                         ("Completed", 6)):
         cells = []
         for backend in ("agents", "slurm"):
-            values = [row[index] for row in rows[backend]]
+            values = [row[index] for row in rows[backend] if row[index] == row[index]] or [float("nan")]
             cells.append((statistics.median(values), percentile(values, 90)))
         ratio = cells[1][0] / cells[0][0] if cells[0][0] else float("nan")
         print(f"   {label:<28}{cells[0][0]:>8.3f} ({cells[0][1]:.3f}){cells[1][0]:>8.3f} ({cells[1][1]:.3f}){ratio:>15.1f}×")
@@ -94,24 +102,37 @@ def max_gpus_per_node(intervals: dict[str, list[tuple[float, float, int]]]) -> d
     return peaks
 
 
-def part_two(stack: BenchStack, token: str, slurm, count: int) -> None:
+def part_two(stack: BenchStack, token: str, slurm, count: int, drained: float = 0.0) -> None:
     from jobs.models import TrainingJob
     from jobs.slurm import jobcomp
     from jobs.slurm.models import SlurmJob
 
     shapes = [SHAPES[i % len(SHAPES)] for i in range(count)]
+    if drained:
+        slurm.scontrol("update", "nodename=n1", "state=drain", "reason=bench")  # maintenance while the jobs queue
     began = time.perf_counter()
-    ids = [http.post_json(f"{stack.url}/api/v1/training-jobs/", token,
+    ids = [post_json(f"{stack.url}/api/v1/training-jobs/", token,
                           job_payload(f"drain-{i}", "g3", "echo drained; sleep 1", nodes, gpus))["id"]
            for i, (nodes, gpus) in enumerate(shapes)]
     queued = time.perf_counter() - began
+    if drained:
+        time.sleep(max(0.0, drained - queued))
+        waiting = TrainingJob.objects.filter(pk__in=ids, status="Pending").count()
+        failed_early = TrainingJob.objects.filter(pk__in=ids, status="Failed").count()
+        slurm.scontrol("update", "nodename=n1", "state=resume")
+        resumed = time.perf_counter()
+        print(f"\n   n1 drained for {resumed - began:.1f} s while they queued: {waiting} Pending, {failed_early} Failed "
+              "when it resumed")
     done = wait_for(lambda: (n := TrainingJob.objects.filter(pk__in=ids, status__in=["Completed", "Failed"]).count()) == count and n,
                     timeout=3600, interval=0.5)
     wall = time.perf_counter() - began
+    if drained:
+        print(f"   after the resume, all ended in {time.perf_counter() - resumed:.1f} s")
     failures = list(TrainingJob.objects.filter(pk__in=ids, status="Failed").values_list("name", "status_reason"))
     failed = len(failures)
     for name, reason in failures[:5]:
         print(f"   failed: {name}: {reason}")
+    print_leftovers(slurm, ids)
     shape_of = {job_id: shape for job_id, shape in zip(ids, shapes, strict=True)}
     slurm_ids = dict(SlurmJob.objects.filter(training_job_id__in=ids).values_list("slurm_job_id", "training_job_id"))
     records = jobcomp.read(str(slurm.jobcomp), list(slurm_ids))
@@ -135,35 +156,66 @@ def part_two(stack: BenchStack, token: str, slurm, count: int) -> None:
           f"({gpu_seconds / 3600:.2f} GPU-hours held in {wall:.0f} s)")
 
 
+def print_leftovers(slurm: Any, ids: list[int]) -> None:
+    """What a drain must not leave: jobs Slurm still holds (strays), Slurm jobs the console still
+    follows, and runs beyond one per job (a requeue nobody asked for)."""
+    from django.db.models import Count
+
+    from jobs.models import TrainingJob
+    from jobs.slurm.models import SlurmJob, SlurmRun
+    from jobs.slurm.states import FINAL_STATES
+
+    time.sleep(3)  # a pass after the last end
+    alive = [view for view in slurm.client().jobs() if view.state not in FINAL_STATES]
+    following = SlurmJob.objects.filter(training_job_id__in=ids, finished_at__isnull=True).count()
+    runs = SlurmRun.objects.filter(slurm_job__training_job_id__in=ids).values("slurm_job").annotate(n=Count("id"))
+    extra = sum(row["n"] - 1 for row in runs if row["n"] > 1)
+    completed = TrainingJob.objects.filter(pk__in=ids, status="Completed").count()
+    print(f"   {completed} of {len(ids)} Completed; left in Slurm (strays): {len(alive)}; Slurm jobs still followed: "
+          f"{following}; runs beyond one per job: {extra}")
+
+
+def trace(slurm: Any) -> None:
+    from benchmarks.slurm_trace import console_events, print_trace, slurm_events
+    from jobs.slurm.models import SlurmJob
+
+    for backend, (job_id, wall) in TRACES.items():
+        events = console_events(job_id)
+        slurm_id = SlurmJob.objects.filter(training_job_id=job_id).values_list("slurm_job_id", flat=True).first()
+        if slurm_id:
+            events += slurm_events(slurm.root, slurm_id)
+        print_trace(f"{backend}: job {job_id}, seconds from the API call", wall, events)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--drain", type=int, default=200)
+    parser.add_argument("--drained", type=float, default=0.0,
+                        help="drain n1 while the jobs of part 2 are queued; resume it after this many seconds")
+    parser.add_argument("--trace", action="store_true", help="print the last run's events of each backend on one time line")
     args = parser.parse_args()
     from jobs.slurm.tests.cluster import LocalSlurm
 
     slurm = LocalSlurm().start()
     try:
         with BenchStack() as stack:
-            from django.contrib.auth import get_user_model
-            from rest_framework.authtoken.models import Token
-
-            from jobs.models import Node, NodeToken
             from jobs.slurm.tests.cluster import register
 
-            user = get_user_model().objects.create_user("bench")
-            token = Token.objects.create(user=user).key
-            for name in ("bench-a", "bench-b"):
-                stack.agent(name, NodeToken.mint(name)[1])
+            _, token = api_user()
             register(slurm, stack.url, gpu_metrics="off", metrics_interval_seconds=0)
-            wait_for(lambda: Node.objects.filter(connected=True).count() == 2, timeout=60)
+            stack.start_agents(["bench-a", "bench-b"], timeout=60)
             part_one(stack, token, args.runs)
+            if args.trace:
+                trace(slurm)
+            # the batch jobs' output (the launchers' own timestamped log) outlives the cluster's directory
+            for out in slurm.work_dir.glob("slurm-*.out"):
+                shutil.copy(out, stack.tmp)
             if args.drain:
-                part_two(stack, token, slurm, args.drain)
+                part_two(stack, token, slurm, args.drain, args.drained)
     finally:
         slurm.stop()
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(ROOT))
     main()

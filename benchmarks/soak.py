@@ -1,7 +1,7 @@
 """Soak a running `make run` the way a shared cluster lives. Prints figures; asserts nothing.
 
 Run `make run > run.log 2>&1` in one terminal, then
-`.venv/bin/python benchmarks/soak.py --minutes 25 --log run.log` in another (same checkout, so it
+`.venv/bin/python -m benchmarks.soak --minutes 25 --log run.log` in another (same checkout, so it
 finds the private database). Three users create jobs through the REST API for `--minutes`:
 on-demand and spot, 1–2 nodes × 1–8 GPUs, some with Job Failover; some are deleted while they
 run; staff inject XID 79 into nodes that run failover jobs and uncordon a node a minute after
@@ -18,14 +18,10 @@ import json
 import os
 import random
 import re
-import sys
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 
 def setup_users() -> dict[str, str]:

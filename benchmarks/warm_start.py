@@ -1,6 +1,6 @@
 """Job start latency, cold vs warm: create (API) → first log line. Prints figures; asserts nothing.
 
-Run: `.venv/bin/python benchmarks/warm_start.py [--runs 5] [--size-mb 256]`. A real daphne, Celery
+Run: `.venv/bin/python -m benchmarks.warm_start [--runs 5] [--size-mb 256]`. A real daphne, Celery
 worker and beat, SeaweedFS and one node agent. Each round creates two jobs of the same user
 through the REST API:
 
@@ -21,31 +21,20 @@ import os
 import statistics
 import time
 
-import requests_shim as http
-from _stack import BenchStack, percentile
-
-BUCKET = "bench-warm"
+from benchmarks._stack import BenchStack, api_job, api_user, percentile, post_json
+from benchmarks._stack import wait_for as _wait_for
 
 
 def wait_for(predicate, timeout: float = 120.0):
-    deadline = time.perf_counter() + timeout
-    while time.perf_counter() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.005)
-    raise TimeoutError("timed out")
+    return _wait_for(predicate, timeout=timeout)
 
 
-def upload(stack: BenchStack, size_mb: int) -> str:
-    client = stack.store.client()
-    client.create_bucket(Bucket=BUCKET)
+def upload(stack: BenchStack, user, size_mb: int) -> str:
     path = stack.tmp / "dataset.bin"
     with open(path, "wb") as file:
         for _ in range(size_mb):
             file.write(os.urandom(1 << 20))
-    client.upload_file(str(path), BUCKET, "dataset.bin")
-    return f"s3://{BUCKET}/dataset.bin"
+    return stack.upload_as(user, "uploads/dataset.bin", path)  # the user's own space and keys
 
 
 def start_job(stack: BenchStack, token: str, name: str, image: str, data_url: str) -> tuple[float, ...]:
@@ -53,11 +42,8 @@ def start_job(stack: BenchStack, token: str, name: str, image: str, data_url: st
     from monitoring.models import LogLine
 
     began = time.perf_counter()
-    job_id = http.post_json(f"{stack.url}/api/v1/training-jobs/", token, {
-        "name": name, "learning_type": "on_demand", "framework": "pytorch", "server_type": "g2",
-        "gpus_per_node": 8, "memory_gb": 2048, "node_count": 1, "shm_size_gb": 64, "image_url": image,
-        "script_url": data_url, "command": f"echo first-line-{name}; test -s dataset.bin",
-    })["id"]
+    job_id = post_json(f"{stack.url}/api/v1/training-jobs/", token, api_job(
+        name, image_url=image, script_url=data_url, command=f"echo first-line-{name}; test -s dataset.bin"))["id"]
     wait_for(lambda: TrainingJob.objects.filter(pk=job_id).exclude(status="Pending").exists())
     scheduled = time.perf_counter()
     wait_for(lambda: LogLine.objects.filter(job_id=job_id).exists())
@@ -77,16 +63,9 @@ def main() -> None:
     args = parser.parse_args()
     cold, warm = [], []
     with BenchStack() as stack:
-        from django.contrib.auth import get_user_model
-        from rest_framework.authtoken.models import Token
-
-        from jobs.models import Node, NodeToken
-
-        data_url = upload(stack, args.size_mb)
-        user = get_user_model().objects.create_user("bench")
-        token = Token.objects.create(user=user).key
-        stack.agent("bench-a", NodeToken.mint("bench-a")[1])
-        wait_for(lambda: Node.objects.filter(connected=True).count() == 1)
+        user, token = api_user()
+        data_url = upload(stack, user, args.size_mb)
+        stack.start_agents(["bench-a"])
         for run in range(args.runs):
             image = f"registry.example.com/bench/trainer:cold-{run}"  # a new image: nothing is warm for it
             cold.append(start_job(stack, token, f"cold-{run}", image, data_url))

@@ -2,6 +2,7 @@
 
 import asyncio
 import os
+from typing import Any
 
 from django.core.asgi import get_asgi_application
 
@@ -22,8 +23,8 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.urls import path  # noqa: E402
 
-from console import live  # noqa: E402
-from jobs.agent_consumer import AgentConsumer  # noqa: E402
+from console.lib import live  # noqa: E402
+from jobs.channel.consumer import AgentConsumer  # noqa: E402
 from jobs.routing import websocket_urlpatterns as job_routes  # noqa: E402
 from jobs.slurm.consumer import SlurmStepConsumer  # noqa: E402
 from monitoring.routing import websocket_urlpatterns as log_routes  # noqa: E402
@@ -38,7 +39,7 @@ agents = URLRouter([path(AGENT_PATH.strip("/") + "/", AgentConsumer.as_asgi())])
 slurm_steps = URLRouter([path(STEP_PATH.strip("/") + "/", SlurmStepConsumer.as_asgi())])
 
 
-async def websocket_router(scope, receive, send):
+async def websocket_router(scope: dict[str, Any], receive: Any, send: Any) -> Any:
     live.attach(asyncio.get_running_loop())  # worker threads publish live events through this loop
     if scope["path"] == AGENT_PATH:
         return await agents(scope, receive, send)

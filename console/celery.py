@@ -13,7 +13,7 @@ app.autodiscover_tasks()
 
 
 @worker_init.connect
-def _short_collector_pauses(**kwargs) -> None:
+def _short_collector_pauses(**kwargs: object) -> None:
     # a scheduler run's thousands of rows are the same kind of burst as an agents' wave
     from console.collector import prepare_for_serving
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import gc
 import logging
 import time
+from typing import Any
 
 from console.env import env_int
 
@@ -50,7 +51,7 @@ def prepare_for_serving() -> None:
 _started = [0.0]
 
 
-def _report_slow_pauses(phase: str, info: dict) -> None:
+def _report_slow_pauses(phase: str, info: dict[str, Any]) -> None:
     if phase == "start":
         _started[0] = time.perf_counter()
         return

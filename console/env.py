@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from urllib.parse import parse_qs, unquote, urlparse
+from typing import Any
+from urllib.parse import parse_qs, quote, unquote, urlparse
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -60,11 +61,18 @@ def env_list(name: str, default: list[str]) -> list[str]:
 
 
 def private_database_url(base_dir: Path) -> str:
-    """Where `make run`'s private PostgreSQL listens (console.services.postgres_server)."""
-    return f"postgres://postgres@/simpleai?host={base_dir / '.run' / 'postgres' / 'socket'}&port=5432"
+    """Where `make run`'s private PostgreSQL listens (console.services.postgres_server), with its
+    password when this user may read it (`manage.py` run by hand beside `make run`)."""
+    run = base_dir / ".run" / "postgres"
+    try:
+        password = (run / "password").read_text().strip()
+    except OSError:
+        password = ""
+    auth = f"postgres:{quote(password, safe='')}" if password else "postgres"
+    return f"postgres://{auth}@/simpleai?host={run / 'socket'}&port=5432"
 
 
-def database_from_url(url: str, base_dir: Path) -> dict:
+def database_from_url(url: str, base_dir: Path) -> dict[str, Any]:
     """DATABASES['default'] from postgres://user:pass@host:port/name (libpq's `?host=/socket/dir`
     and `?port=` work too). Unset: `make run`'s private PostgreSQL."""
     parsed = urlparse(url or private_database_url(base_dir))

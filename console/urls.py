@@ -7,13 +7,15 @@ from monitoring.api import JobLogsView
 from monitoring.metrics_api import JobMetricsView
 from monitoring.views import download_logs
 
-from . import views
+from . import token_views, views
 
 urlpatterns = [
     path("", views.home, name="home"),
     path("favicon.ico", views.favicon, name="favicon"),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("account/token/", token_views.api_token, name="account-token"),
+    path("", include("jobs.storage.urls")),  # /account/ and /api/v1/account/storage/
     path("jobs/", include("jobs.urls")),
     path("jobs/<int:pk>/logs/download/", download_logs, name="logs-download"),
     path("nodes/", include("jobs.nodes.urls")),

@@ -19,19 +19,33 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
+from decimal import Decimal
+from typing import Any
 
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from . import bulk
+from .channel.notify import schedule_on_commit, sync_nodes_on_commit
+from .channel.placement_reports import Transition
 from .choices import ACTIVE_STATUSES, TERMINAL_STATUSES, JobStatus
-from .events import DELETED, JobEvent, JobFieldsEvent, JobReasonEvent, JobStatusEvent, batched, send_job_event
+from .events import (
+    DELETED,
+    FieldValue,
+    JobEvent,
+    JobFieldsEvent,
+    JobReasonEvent,
+    JobStatusEvent,
+    publish_fields,
+    publish_status,
+    send_job_event,
+    send_on_commit,
+)
 from .models import JobAttempt, JobStatusChange, JobTag, Node, NodeGPU, Placement, ServerType, TrainingJob
 from .models.attempts import HOLDING_STATES
-from .notify import schedule_on_commit, sync_nodes_on_commit
-from .placement_reports import Transition
+from .sql import bulk
 from .states import check_transition
+from .storage import checkpoint_copy, credentials
 
 log = logging.getLogger(__name__)
 
@@ -41,40 +55,76 @@ RUNNABLE = frozenset({JobStatus.CREATING, JobStatus.RUNNING})
 REASON_REWRITABLE = (JobStatus.PENDING, JobStatus.SPOT_INTERRUPTED)
 # a job that waits or runs can be stopped; one that ended or is being deleted cannot
 STOPPABLE = frozenset(JobStatus) - TERMINAL_STATUSES - {JobStatus.TERMINATING}
-FieldValue = str | int | bool | None
-
-
-def _publish_status(job: TrainingJob) -> None:
-    event = JobStatusEvent(
-        type="job.status", job_id=job.pk, status=job.status,
-        reason=job.status_reason, at=timezone.now().isoformat(),
-    )
-    transaction.on_commit(lambda: send_job_event(job.pk, job.owner_id, event))
-
-
-def _publish_fields(job_id: int, owner_id: int, fields: Mapping[str, FieldValue | datetime]) -> None:
-    """The job page shows these fields: it updates them in place after the commit."""
-    values = {name: value.isoformat() if isinstance(value, datetime) else value for name, value in fields.items()}
-    event = JobFieldsEvent(type="job.fields", job_id=job_id, fields=values, at=timezone.now().isoformat())
-    transaction.on_commit(lambda: send_job_event(job_id, owner_id, event))
 
 
 @transaction.atomic
-def create_job(owner, fields: Mapping, tags: Iterable[Mapping[str, str]], registry_password: str = "") -> TrainingJob:
+def create_job(owner: Any, fields: Mapping[str, Any], tags: Iterable[Mapping[str, str]], registry_password: str = "") -> TrainingJob:
     """Create a job in `Pending` from validated fields; the first history row says so."""
     server_type = fields["server_type"]
     if not isinstance(server_type, ServerType):
         server_type = ServerType.objects.get(name=server_type)
+    fields = dict(fields)
+    source_id = fields.pop("from_checkpoint", None)
+    if isinstance(source_id, TrainingJob):
+        source_id = source_id.pk
     job = TrainingJob(owner=owner, **{**fields, "server_type": server_type})
     job.status = JobStatus.PENDING
     job.status_reason = "Waiting to be scheduled"
     job.set_registry_password(registry_password)
     job.save()
+    created = "Created"
+    if source_id:
+        created = _start_from_checkpoint(job, source_id)
     JobTag.objects.bulk_create([JobTag(job=job, key=t["key"], value=t.get("value", "")) for t in tags])
-    JobStatusChange.objects.create(job=job, old_status="", new_status=job.status, reason="Created")
-    _publish_status(job)
+    JobStatusChange.objects.create(job=job, old_status="", new_status=job.status, reason=created)
+    publish_status(job)
+    credentials.mint_ahead_on_commit(job.pk)  # its first attempt's storage keys, off the scheduler's path
     schedule_on_commit()
     return job
+
+
+def _start_from_checkpoint(job: TrainingJob, source_id: int) -> str:
+    """Note which checkpoint the job starts from; the copy into its own prefix is made after the
+    commit (jobs.tasks.copy_start_checkpoint: a large checkpoint takes minutes, no request
+    waits for it) and until then no scheduler places the job (AWAITING_CHECKPOINT_COPY). The
+    source is the owner's (checked again here)."""
+    source = TrainingJob.objects.filter(pk=source_id, owner_id=job.owner_id).only("pk", "name", "checkpoint_step").first()
+    if source is None or source.checkpoint_step is None:
+        raise checkpoint_copy.CopyFailed(f"Job {source_id} has no checkpoint to start from.")
+    job.from_checkpoint_id, job.from_checkpoint_step = source.pk, source.checkpoint_step
+    job.status_reason = f"Copying checkpoint step {source.checkpoint_step} of job {source.pk} ({source.name})"
+    job.save(update_fields=["from_checkpoint", "from_checkpoint_step", "status_reason"])
+    transaction.on_commit(lambda: credentials._send("jobs.tasks.copy_start_checkpoint", job.pk))
+    return f"Created to start from checkpoint step {source.checkpoint_step} of job {source.pk} ({source.name})"
+
+
+@transaction.atomic
+def start_checkpoint_copied(job_id: int, step: int, url: str) -> bool:
+    """The copy of the checkpoint a job starts from is made: it is the job's own newest
+    checkpoint now (its first attempt resumes from it) and the scheduler may place the job.
+    False when the job is gone, no longer waits, or has it already."""
+    job = TrainingJob.objects.select_for_update().filter(pk=job_id, status=JobStatus.PENDING).first()
+    if job is None or job.checkpoint_step is not None or job.from_checkpoint_step != step:
+        return False
+    fields = {"checkpoint_step": step, "checkpoint_url": url[:1024], "checkpoint_at": timezone.now(),
+              "status_reason": f"Checkpoint step {step} copied; waiting to be scheduled"}
+    for name, value in fields.items():
+        setattr(job, name, value)
+    job.save(update_fields=[*fields, "updated_at"])
+    publish_fields(job.pk, job.owner_id, {k: v for k, v in fields.items() if k != "status_reason"})
+    schedule_on_commit()
+    return True
+
+
+def fail_start_checkpoint(job_id: int, reason: str) -> bool:
+    """The checkpoint a waiting job starts from could not be copied: the job Failed, with why."""
+    with transaction.atomic():
+        job = TrainingJob.objects.select_for_update().filter(pk=job_id, status=JobStatus.PENDING).first()
+        if job is None or job.checkpoint_step is not None:
+            return False
+        check_transition(job.status, JobStatus.FAILED)
+        _record(job, JobStatus.FAILED, reason)
+    return True
 
 
 def _record(job: TrainingJob, new_status: str, reason: str, fields: Mapping[str, FieldValue] | None = None) -> None:
@@ -89,13 +139,13 @@ def _record(job: TrainingJob, new_status: str, reason: str, fields: Mapping[str,
     job.save(update_fields=["status", "status_reason", *fields, "updated_at"])
     JobStatusChange.objects.create(job=job, old_status=old, new_status=new_status, reason=reason[:500])
     if old in RUNNABLE and new_status not in RUNNABLE:
-        # from now on its placements hold their GPUs only for the stop grace (jobs.capacity)
+        # from now on its placements hold their GPUs only for the stop grace (jobs.scheduling.capacity)
         JobAttempt.objects.filter(job=job, number=job.current_attempt, stop_requested_at__isnull=True).update(
             stop_requested_at=timezone.now(),
         )
-    _publish_status(job)
+    publish_status(job)
     if fields:
-        _publish_fields(job.pk, job.owner_id, fields)
+        publish_fields(job.pk, job.owner_id, fields)
 
 
 def _locked(job_id: int) -> TrainingJob:
@@ -135,6 +185,20 @@ def count_failover(job_id: int, reason: str, new_status: str | None = None) -> T
 
 
 @transaction.atomic
+def fall_back_to_on_demand(job_id: int, reason: str, price: Decimal, now: datetime) -> TrainingJob | None:
+    """An interrupted spot job's fallback budget ran out: from now on it is placed, kept and
+    billed as on-demand (`price` per GPU-hour). It keeps its status (it still waits to resume);
+    the decision is a history row. None when it resumed or fell back meanwhile."""
+    job = _locked(job_id)
+    if job.status != JobStatus.SPOT_INTERRUPTED or job.on_demand_since is not None:
+        return None
+    job.on_demand_price_per_gpu_hour = price
+    job.save(update_fields=["on_demand_price_per_gpu_hour"])
+    _record(job, job.status, reason, {"on_demand_since": now})
+    return job
+
+
+@transaction.atomic
 def stop_job(job_id: int, reason: str) -> bool:
     """Stop a job that waits or runs: `Stopped`, and its agents stop its processes (SIGTERM, the
     stop grace, SIGKILL). False when it is gone, has ended, or is being deleted."""
@@ -158,14 +222,14 @@ def set_checkpoint(job_id: int, step: int, url: str) -> bool:
     for name, value in fields.items():
         setattr(job, name, value)
     job.save(update_fields=[*fields, "updated_at"])
-    _publish_fields(job.pk, job.owner_id, fields)
+    publish_fields(job.pk, job.owner_id, fields)
     return True
 
 
 def start_attempts(jobs: Sequence[TrainingJob], attempts: Mapping[int, int], reasons: Mapping[int, str]) -> None:
     """Move waiting jobs (locked by the caller) to Creating on their new attempt
     (`attempts`: job id → its number) in one UPDATE, with one history row each and their live
-    events; the scheduler's bulk path (jobs.bulk), so a run that places hundreds stays linear."""
+    events; the scheduler's bulk path (jobs.sql.bulk), so a run that places hundreds stays linear."""
     if not jobs:
         return
     for job in jobs:
@@ -180,7 +244,7 @@ def start_attempts(jobs: Sequence[TrainingJob], attempts: Mapping[int, int], rea
     for job in jobs:
         job.status, job.status_reason = JobStatus.CREATING, reasons[job.pk][:500]
         job.current_attempt = attempts[job.pk]
-        _publish_status(job)
+        publish_status(job)
 
 
 def apply_transitions(moves: Mapping[TrainingJob, Sequence[Transition]]) -> None:
@@ -219,7 +283,7 @@ def apply_transitions(moves: Mapping[TrainingJob, Sequence[Transition]]) -> None
         JobAttempt.objects.filter(job_id__any=stopping, number=F("job__current_attempt"), stop_requested_at__isnull=True).update(
             stop_requested_at=now,
         )
-    _send_on_commit(sent)
+    send_on_commit(sent)
 
 
 def _history(rows: Sequence[tuple[int, str, str, str]]) -> None:
@@ -228,17 +292,6 @@ def _history(rows: Sequence[tuple[int, str, str, str]]) -> None:
         "job_id": ("bigint", [row[0] for row in rows]), "old_status": ("text", [row[1] for row in rows]),
         "new_status": ("text", [row[2] for row in rows]), "reason": ("text", [row[3] for row in rows]),
     }, same={"created_at": timezone.now()})
-
-
-def _send_on_commit(sent: list[tuple[int, int, JobEvent]]) -> None:
-    """Send many jobs' events after the commit, together (one hand-over, not one per event)."""
-    def send() -> None:
-        with batched():
-            for job_id, owner_id, event in sent:
-                send_job_event(job_id, owner_id, event)
-
-    if sent:
-        transaction.on_commit(send)
 
 
 def note_warm_starts(notes: Mapping[int, tuple[bool, str]]) -> None:
@@ -254,10 +307,10 @@ def note_warm_starts(notes: Mapping[int, tuple[bool, str]]) -> None:
     )
     for job_id, owner_id in changed:
         warm, note = notes[job_id]
-        _publish_fields(job_id, owner_id, {"started_warm": warm, "warm_note": note[:300]})
+        publish_fields(job_id, owner_id, {"started_warm": warm, "warm_note": note[:300]})
 
 
-def set_waiting_reasons(jobs: Mapping[TrainingJob, str]) -> int:
+def set_waiting_reasons(jobs: Mapping[TrainingJob, str], statuses: Iterable[str] = REASON_REWRITABLE) -> int:
     """Rewrite waiting jobs' reasons (no status change, no history row) in one UPDATE (the
     scheduler's bulk path), and push each new reason to the job's page and its owner's list
     after the commit. A job whose status moved on in the meantime keeps its own reason.
@@ -268,7 +321,7 @@ def set_waiting_reasons(jobs: Mapping[TrainingJob, str]) -> int:
     changed = bulk.update_each_returning(
         TrainingJob, list(reasons), {"status_reason": ("text", list(reasons.values()))},
         returning=["owner_id", "status"], same={"updated_at": timezone.now()},
-        where="t.status = ANY(%s)", where_params=[list(REASON_REWRITABLE)],
+        where="t.status = ANY(%s)", where_params=[list(statuses)],
     )
     at = timezone.now().isoformat()
     events = [
@@ -276,14 +329,14 @@ def set_waiting_reasons(jobs: Mapping[TrainingJob, str]) -> int:
         for job_id, owner_id, status in changed
     ]
 
-    _send_on_commit(events)  # thousands of reasons: one send, not one event loop each
+    send_on_commit(events)  # thousands of reasons: one send, not one event loop each
     return len(changed)
 
 
-def set_waiting_reason(job_id: int, reason: str) -> int:
+def set_waiting_reason(job_id: int, reason: str, statuses: Iterable[str] = REASON_REWRITABLE) -> int:
     """One waiting job's reason (see set_waiting_reasons)."""
     job = TrainingJob.objects.filter(pk=job_id).only("pk", "owner_id", "status", "status_reason").first()
-    return set_waiting_reasons({job: reason}) if job is not None else 0
+    return set_waiting_reasons({job: reason}, statuses) if job is not None else 0
 
 
 @transaction.atomic
@@ -315,6 +368,7 @@ def remove_job(job: TrainingJob, reason: str = "Deleted by the user") -> None:
     """Delete the row (logs and history go with it) and tell watchers after the commit."""
     job_id, owner_id = job.pk, job.owner_id
     job.delete()
+    credentials.request_sweep_on_commit()  # its attempts' identities are left over now
     event = JobStatusEvent(type="job.status", job_id=job_id, status=DELETED, reason=reason, at=timezone.now().isoformat())
     transaction.on_commit(lambda: send_job_event(job_id, owner_id, event))
 

@@ -1,4 +1,7 @@
+from __future__ import annotations
+
 from django.contrib import admin
+from django.http import HttpRequest
 
 from .models import JobStatusChange, JobTag, ServerType, TrainingEnvironment, TrainingJob
 
@@ -14,7 +17,7 @@ class JobStatusChangeInline(admin.TabularInline):
     can_delete = False
     readonly_fields = ["old_status", "new_status", "reason", "created_at"]
 
-    def has_add_permission(self, request, obj=None) -> bool:
+    def has_add_permission(self, request: HttpRequest, obj: TrainingJob | None = None) -> bool:
         return False
 
 
@@ -29,9 +32,18 @@ class TrainingJobAdmin(admin.ModelAdmin):
     exclude = ["registry_password_encrypted"]
     readonly_fields = [
         "status", "status_reason", "current_attempt", "result_url", "failover_count", "checkpoint_step",
-        "checkpoint_url", "checkpoint_at", "started_warm", "warm_note", "created_at", "updated_at",
+        "checkpoint_url", "checkpoint_at", "started_warm", "warm_note", "created_at", "updated_at", "slurm_request",
     ]
     inlines = [JobTagInline, JobStatusChangeInline]
+
+    @admin.display(description="Slurm request")
+    def slurm_request(self, job: TrainingJob) -> str:
+        """What the console sends to Slurm for this job (sbatch line, JSON, script), before it is sent."""
+        from django.utils.html import format_html
+
+        from .slurm.job_request import preview
+
+        return format_html("<pre style='white-space: pre-wrap'>{}</pre>", preview(job)) if job.pk else "-"
 
 
 @admin.register(ServerType)
@@ -62,10 +74,10 @@ class JobStatusChangeAdmin(admin.ModelAdmin):
     search_fields = ["job__name", "reason"]
     list_select_related = ["job"]
 
-    def has_add_permission(self, request) -> bool:
+    def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
-    def has_change_permission(self, request, obj=None) -> bool:
+    def has_change_permission(self, request: HttpRequest, obj: JobStatusChange | None = None) -> bool:
         return False
 
 

@@ -6,5 +6,6 @@ class JobsConfig(AppConfig):
     verbose_name = "Training Jobs"
 
     def ready(self) -> None:
-        from . import lookups  # noqa: F401  (registers `__any`)
         from .nodes import admin  # noqa: F401  (registers the node registry's admin)
+        from .sql import lookups  # noqa: F401  (registers `__any`)
+        from .storage import admin as storage_admin  # noqa: F401  (storage spaces)

@@ -2,22 +2,24 @@
 
 from django.db import models
 
+from console.lib.choices import TextChoices
+
 from .statuses import Status
 
 
-class LearningType(models.TextChoices):
+class LearningType(TextChoices):
     ON_DEMAND = "on_demand", "On-Demand Training"
     SPOT = "spot", "Spot Training"
 
 
-class Framework(models.TextChoices):
+class Framework(TextChoices):
     PYTORCH = "pytorch", "PyTorch"
     DEEPSPEED = "deepspeed", "DeepSpeed"
 
 
 # The training environments seeded by migration 0007, newest first (the first one is the
 # default). What the form and the API offer comes from the TrainingEnvironment rows staff
-# edit (jobs.environments.offered_versions); this is the fallback of plain validation.
+# edit (jobs.environments.offered.offered_versions); this is the fallback of plain validation.
 # Only versions that install on the nodes here: the seed's torch 2.12.1 is not on local disk.
 FRAMEWORK_VERSIONS: dict[str, list[str]] = {
     Framework.PYTORCH: ["2.13.0"],
@@ -42,7 +44,7 @@ TERMINAL_STATUSES = frozenset({
 })
 
 
-class NodeStatus(models.TextChoices):
+class NodeStatus(TextChoices):
     READY = "Ready"
     BUSY = "Busy"
     CORDONED = "Cordoned"

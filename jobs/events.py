@@ -1,4 +1,5 @@
-"""Live events about jobs: payload types and the one helper that sends them.
+"""Live events about jobs: payload types, the one helper that sends them, and the helpers
+jobs.actions sends them with after its commit.
 
 Browsers watching a job join the group `job-<id>`; the list page of a user joins `user-<id>`.
 """
@@ -7,10 +8,17 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
-from typing import Any, Literal, TypedDict
+from collections.abc import Iterator, Mapping, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
-from console import live
+from django.db import transaction
+from django.utils import timezone
+
+from console.lib import live
+
+if TYPE_CHECKING:
+    from .models import TrainingJob
 
 DELETED = "Deleted"  # the status a `job.status` event carries when the job is gone
 
@@ -44,6 +52,7 @@ class JobFieldsEvent(TypedDict):
 
 
 JobEvent = JobStatusEvent | JobReasonEvent | JobFieldsEvent
+FieldValue = str | int | bool | datetime | None
 
 
 def job_group(job_id: int) -> str:
@@ -86,3 +95,30 @@ def batched() -> Iterator[None]:
         items, _batch.items = _batch.items, None
         if items:
             live.publish_many(items)
+
+
+def publish_status(job: TrainingJob) -> None:
+    """The job's status and reason as they are now, to its watchers after the commit."""
+    event = JobStatusEvent(
+        type="job.status", job_id=job.pk, status=job.status,
+        reason=job.status_reason, at=timezone.now().isoformat(),
+    )
+    transaction.on_commit(lambda: send_job_event(job.pk, job.owner_id, event))
+
+
+def publish_fields(job_id: int, owner_id: int, fields: Mapping[str, FieldValue]) -> None:
+    """The job page shows these fields: it updates them in place after the commit."""
+    values = {name: value.isoformat() if isinstance(value, datetime) else value for name, value in fields.items()}
+    event = JobFieldsEvent(type="job.fields", job_id=job_id, fields=values, at=timezone.now().isoformat())
+    transaction.on_commit(lambda: send_job_event(job_id, owner_id, event))
+
+
+def send_on_commit(sent: Sequence[tuple[int, int, JobEvent]]) -> None:
+    """Send many jobs' events after the commit, together (one hand-over, not one per event)."""
+    def send() -> None:
+        with batched():
+            for job_id, owner_id, event in sent:
+                send_job_event(job_id, owner_id, event)
+
+    if sent:
+        transaction.on_commit(send)

@@ -24,13 +24,15 @@ class JobFilter(django_filters.FilterSet):
         choices=LearningType.choices, error_messages=_choose("learning type", LearningType.choices),
         help_text="Only On-Demand (`on_demand`) or Spot (`spot`) jobs.",
     )
+    # names are unique per owner: the `simpleai` command finds "one of my jobs" by its name
+    name = django_filters.CharFilter(help_text="Only the job with exactly this name.")
     search = django_filters.CharFilter(
         method="search_name_and_tags", help_text="Jobs whose name, or a tag's key or value, contains this (any case).",
     )
 
     class Meta:
         model = TrainingJob
-        fields = ["status", "learning_type", "search"]
+        fields = ["status", "learning_type", "name", "search"]
 
     def search_name_and_tags(self, jobs: QuerySet[TrainingJob], name: str, value: str) -> QuerySet[TrainingJob]:
         return jobs.filter(

@@ -19,12 +19,10 @@ from django.utils import timezone
 
 from nodeagent.protocol import stream_role
 
-from . import actions, agent_writes, bulk, console_log, failover
-from .choices import JobStatus
-from .models import JobAttempt, Node, Placement, PlacementState, TrainingJob
-from .models.attempts import AttemptKind
-from .notify import schedule_on_commit, sync_nodes_on_commit
-from .placement_reports import (
+from . import actions, console_log
+from .channel import writes
+from .channel.notify import schedule_on_commit, sync_nodes_on_commit
+from .channel.placement_reports import (
     Applied,
     FollowUp,
     JobRow,
@@ -34,7 +32,13 @@ from .placement_reports import (
     Verdict,
     apply_reports,
 )
-from .scheduling import Assignment, master_port
+from .choices import JobStatus
+from .models import JobAttempt, Node, Placement, PlacementState, TrainingJob
+from .models.attempts import HOLDING_STATES, AttemptKind
+from .recovery import failover
+from .scheduling.decision import Assignment, master_port
+from .sql import bulk
+from .storage import credentials
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +64,13 @@ def start_attempts(placed: Mapping[int, Sequence[Assignment]]) -> dict[int, JobA
     Returns job id → its new attempt (a job deleted or moved on meanwhile is left out).
     """
     jobs = list(TrainingJob.objects.select_for_update().filter(pk__in=list(placed), status__in=list(KIND_BY_STATUS)))
+    # each attempt's own object-storage keys, minted now (in this transaction: a rollback leaves
+    # identities the credential sweep removes); a job whose keys could not be made waits
+    minted = credentials.mint(jobs)
+    if minted.failed:
+        actions.set_waiting_reasons({job: minted.failed[job.pk] for job in jobs if job.pk in minted.failed})
+        jobs = [job for job in jobs if job.pk not in minted.failed]
+        placed = {job.pk: placed[job.pk] for job in jobs}
     if not jobs:
         return {}
     resumed = [job for job in jobs if KIND_BY_STATUS[job.status] != AttemptKind.INITIAL]
@@ -67,11 +78,18 @@ def start_attempts(placed: Mapping[int, Sequence[Assignment]]) -> dict[int, JobA
         JobAttempt.objects.filter(job__in=resumed, number=F("job__current_attempt")).values_list("job_id", "cause")
     ) if resumed else {}
     addresses = dict(Node.objects.filter(pk__in={placed[job.pk][0].node_id for job in jobs}).values_list("pk", "address"))
+    fallen_back = _first_on_demand(jobs)
     attempts = JobAttempt.objects.bulk_create([
         JobAttempt(
-            job=job, number=job.current_attempt + 1, kind=KIND_BY_STATUS[job.status],
+            job=job, number=job.current_attempt + 1,
+            kind=AttemptKind.ON_DEMAND_FALLBACK if job.pk in fallen_back else KIND_BY_STATUS[job.status],
+            on_demand=job.on_demand_since is not None,
             master_addr=addresses[placed[job.pk][0].node_id], master_port=master_port(job.pk, job.current_attempt + 1),
-            resume_step=job.checkpoint_step if KIND_BY_STATUS[job.status] != AttemptKind.INITIAL else None,
+            # a first attempt has a checkpoint only when the job was created from another job's
+            # (jobs.storage.checkpoint_copy): it starts from it, as a failover would
+            resume_step=job.checkpoint_step,
+            resume_checkpoint_at=job.checkpoint_at if KIND_BY_STATUS[job.status] != AttemptKind.INITIAL else None,
+            **credentials.attempt_fields(minted, job.pk),
         )
         for job in jobs
     ])
@@ -91,12 +109,23 @@ def start_attempts(placed: Mapping[int, Sequence[Assignment]]) -> dict[int, JobA
     return {attempt.job_id: attempt for attempt in attempts}
 
 
+def _first_on_demand(jobs: Sequence[TrainingJob]) -> set[int]:
+    """Spot jobs that fell back to on-demand capacity and are placed there for the first time."""
+    fell = [job for job in jobs if job.on_demand_since is not None]
+    if not fell:
+        return set()
+    placed_before = set(JobAttempt.objects.filter(job__in=fell, on_demand=True).values_list("job_id", flat=True))
+    return {job.pk for job in fell} - placed_before
+
+
 def _placed_reason(job: TrainingJob, attempt: JobAttempt, assignments: Sequence[Assignment], cause: str) -> str:
     nodes = ", ".join(a.node_name for a in assignments)
     if attempt.kind == AttemptKind.INITIAL:
-        return f"Attempt {attempt.number} placed on {nodes}; preparing the environment"
+        start = f", to start from checkpoint step {attempt.resume_step}" if attempt.resume_step is not None else ""
+        return f"Attempt {attempt.number} placed on {nodes}; preparing the environment{start}"
     resume = f"checkpoint step {attempt.resume_step}" if attempt.resume_step is not None else "the start (no checkpoint was committed)"
-    label = "Failover" if attempt.kind == AttemptKind.FAILOVER else "Spot resume"
+    label = {AttemptKind.FAILOVER: "Failover", AttemptKind.ON_DEMAND_FALLBACK: "On-demand fallback"}.get(
+        attempt.kind, "Spot resume")
     for rank, a in enumerate(assignments):
         console_log.write(job.pk, stream_role(rank), attempt.number,
                           f"[{label.upper()}] ==== attempt {attempt.number - 1} was interrupted ({cause}); "
@@ -111,10 +140,10 @@ def start_attempt(job_id: int, assignments: Sequence[Assignment]) -> JobAttempt 
 
 def record_placement(report: PlacementReport, node_id: int | None) -> str:
     """Apply one agent's report; returns "stale" when the attempt is no longer current (fenced)
-    or the placement ended. Raises agent_writes.RefusedWrite for a placement not this node's."""
+    or the placement ended. Raises writes.RefusedWrite for a placement not this node's."""
     verdict = record_placements([(node_id, report)])[0]
     if verdict.kind == "refused":
-        raise agent_writes.RefusedWrite(verdict.reason)
+        raise writes.RefusedWrite(verdict.reason)
     return verdict.kind
 
 
@@ -127,7 +156,7 @@ def record_placements(items: Sequence[tuple[int | None, PlacementReport]], with_
     The jobs are locked in id order, with `with_jobs` (those the caller's transaction writes
     rows of next, e.g. log lines: a row that references a job takes a lock on it, and two
     batches that took theirs in another order deadlocked), then their current attempts'
-    placements. jobs.placement_reports decides; a decision that needs more than these rows (a
+    placements. jobs.channel.placement_reports decides; a decision that needs more than these rows (a
     failure's failover, a deleted job's removal) runs through its own action before that job's
     later reports are applied.
     """
@@ -231,6 +260,8 @@ class _ReportWrites:
             bulk.update_each(Placement, [row.pk for row in rows], {
                 column: (kind, [getattr(row, column) for row in rows]) for column, kind in self.PLACEMENT_COLUMNS.items()
             })
+            if any(row.state not in HOLDING_STATES for row in rows):
+                credentials.request_sweep_on_commit()  # an attempt may hold nothing now: its keys go
         if self.running:
             bulk.update_each(
                 JobAttempt, [attempt.pk for attempt in self.running],
@@ -288,7 +319,7 @@ def _time_lost(attempt: _Attempt, now: datetime) -> float:
 def record_checkpoint(job_id: int, attempt: int, step: int, url: str, node_id: int, role: str) -> str:
     """A checkpoint commit from node `node_id`'s placement `role`; only the current attempt may
     move it (fencing), and only a node that runs it, under the job's checkpoint prefix."""
-    target = agent_writes.placement_target(node_id, job_id, attempt, role)
+    target = writes.placement_target(node_id, job_id, attempt, role)
     if target is None or not target.current:
         return "stale"
     return commit_checkpoint(job_id, attempt, step, url)
@@ -298,9 +329,11 @@ def record_checkpoint(job_id: int, attempt: int, step: int, url: str, node_id: i
 def commit_checkpoint(job_id: int, attempt: int, step: int, url: str) -> str:
     """Move the job's newest durable checkpoint (the caller authorized the sender); only the
     current attempt may (fencing), and only under the job's checkpoint prefix."""
-    agent_writes.check_checkpoint_url(job_id, url)
     job = TrainingJob.objects.select_for_update().filter(pk=job_id).first()
-    if job is None or job.current_attempt != attempt:
+    if job is None:
+        return "stale"
+    writes.check_checkpoint_url(job.owner_id, job_id, url)
+    if job.current_attempt != attempt:
         return "stale"
     actions.set_checkpoint(job.pk, step, url)  # an older step than the newest changes nothing
     return "ok"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
 from django.contrib import messages
 from django.core.paginator import Paginator
@@ -18,6 +20,8 @@ from .choices import TERMINAL_STATUSES, JobStatus, LearningType
 from .filters import JobFilter
 from .forms import TrainingJobForm, tags_from_post
 from .models import ServerType, TrainingJob
+from .recovery import goodput_load
+from .storage.checkpoint_copy import CopyFailed
 from .validation import DUPLICATE_NAME_MESSAGE, tags_error
 
 TABS = {"details": "Details", "monitoring": "Monitoring", "logs": "Logs", "tags": "Tags"}
@@ -28,7 +32,7 @@ def _own_job(request: HttpRequest, pk: int) -> TrainingJob:
     return get_object_or_404(TrainingJob.objects.select_related("server_type"), pk=pk, owner=request.user)
 
 
-def _list_context(request: HttpRequest) -> dict:
+def _list_context(request: HttpRequest) -> dict[str, Any]:
     """The filtered page of the user's jobs, for the list and for its live refreshes."""
     jobs = (
         TrainingJob.objects.filter(owner=request.user)
@@ -60,7 +64,7 @@ def job_list_rows(request: HttpRequest) -> HttpResponse:
     return render(request, "jobs/_list_rows.html", _list_context(request))
 
 
-def _server_types_data(server_types: list[ServerType]) -> dict:
+def _server_types_data(server_types: list[ServerType]) -> dict[str, Any]:
     """What the creation page's summary panel needs to price and describe a choice."""
     return {
         st.name: {
@@ -86,9 +90,11 @@ def job_create(request: HttpRequest) -> HttpResponse:
             )
         except IntegrityError:  # the same name submitted twice at once: the unique constraint decides
             form.add_error("name", DUPLICATE_NAME_MESSAGE)
+        except CopyFailed as exc:  # nothing was created
+            form.add_error("from_checkpoint", str(exc))
         else:
             messages.success(request, f"Training Job {job.name} was created.")
-            return redirect("jobs:list")
+            return redirect(job)  # its page: where its status, logs and metrics appear
     return render(request, "jobs/create.html", {
         "form": form,
         "tags": tags,
@@ -97,7 +103,9 @@ def job_create(request: HttpRequest) -> HttpResponse:
     })
 
 
-def _render_detail(request: HttpRequest, job: TrainingJob, tab: str, tags=None, tag_error: str = "") -> HttpResponse:
+def _render_detail(request: HttpRequest, job: TrainingJob, tab: str, tags: list[dict[str, str]] | None = None,
+                   tag_error: str = "") -> HttpResponse:
+    goodput = goodput_load.job_goodput(job)
     price = hourly_estimate(job.server_type.price_per_gpu_hour(job.learning_type), job.gpus_per_node, job.node_count)
     return render(request, "jobs/detail.html", {
         "job": job,
@@ -109,10 +117,12 @@ def _render_detail(request: HttpRequest, job: TrainingJob, tab: str, tags=None, 
         "tab": tab if tab in TABS else "details",
         "tab_names": TABS.items(),
         "job_meta": job_meta(job),
+        "goodput": goodput,
+        "goodput_percent": f"{goodput.ratio * 100:.1f} %" if goodput.ratio is not None else "",
     })
 
 
-def job_meta(job: TrainingJob) -> dict:
+def job_meta(job: TrainingJob) -> dict[str, Any]:
     """What the page's scripts need: an ended job's Logs and Monitoring tabs are not "Live"."""
     return {
         "id": job.pk, "status": job.status, "ended": job.status in TERMINAL_STATUSES,

@@ -1,4 +1,5 @@
 from django.contrib import admin
+from django.http import HttpRequest
 
 from .models import LogLine, MetricSeries
 
@@ -21,8 +22,8 @@ class MetricSeriesAdmin(admin.ModelAdmin):
     search_fields = ["key", "node"]
     show_full_result_count = False
 
-    def has_add_permission(self, request) -> bool:
+    def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
-    def has_change_permission(self, request, obj=None) -> bool:
+    def has_change_permission(self, request: HttpRequest, obj: MetricSeries | None = None) -> bool:
         return False

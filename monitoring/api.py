@@ -8,6 +8,8 @@ become visible out of order, so polling by id can skip lines.
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
@@ -15,7 +17,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from console.api_schema import QUERY_ERRORS
+from console.lib.api_schema import QUERY_ERRORS
 from jobs.models import TrainingJob
 
 from . import log_cursor, queries
@@ -38,7 +40,7 @@ class LogQuery(serializers.Serializer):
         except log_cursor.BadCursor as exc:
             raise serializers.ValidationError(str(exc)) from exc
 
-    def validate(self, attrs: dict) -> dict:
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if "since" in attrs and "cursor" in attrs:
             raise serializers.ValidationError({"since": "use either cursor or the deprecated since, not both"})
         return attrs
@@ -72,10 +74,11 @@ class JobLogsView(APIView):
         parameters=[
             OpenApiParameter("stream", str, description="master, worker-1, … (all streams when absent)"),
             OpenApiParameter("cursor", str, description="`next` of the previous answer (from the first line when absent)"),
-            OpenApiParameter("since", int, deprecated=True,
+            OpenApiParameter("since", {"type": "integer", "minimum": 0, "maximum": MAX_BIGINT}, deprecated=True,
                              description="deprecated: lines with an id above this; can skip lines stored "
                                          "concurrently — use `cursor`"),
-            OpenApiParameter("limit", int, description=f"at most this many lines (1–{MAX_LIMIT}, default 1000)"),
+            OpenApiParameter("limit", {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": 1000},
+                             description=f"at most this many lines (1–{MAX_LIMIT}, default 1000)"),
         ],
         responses={200: LogPageSerializer, 400: QUERY_ERRORS},
     )
@@ -97,7 +100,7 @@ class JobLogsView(APIView):
         })
 
     @staticmethod
-    def _since(job_id: int, since: int, stream: str | None, limit: int) -> dict:
+    def _since(job_id: int, since: int, stream: str | None, limit: int) -> dict[str, Any]:
         lines = queries.since(job_id, since, stream, limit)
         return {  # no `next`: a gap-free position cannot be derived from a line id
             "job": job_id,

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
-from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from console.sockets import CLOSE_NOT_FOUND, CLOSE_RETRY, CLOSE_UNAUTHENTICATED, refuse
-from jobs.models import TrainingJob
+from console.lib.sockets import CLOSE_RETRY
+from jobs.consumers import JobSocket
 
 from . import log_cursor, queries
 from .events import logs_group
@@ -28,10 +28,6 @@ PAGE_LINES = 2000  # lines per message while catching up
 CATCH_UP_LIMIT = 20_000  # the page keeps this many; further behind, it starts afresh from the tail
 
 
-def _owns(user, job_id: int) -> bool:
-    return TrainingJob.objects.filter(pk=job_id, owner=user).exists()
-
-
 def _start(job_id: int, after: log_cursor.Positions | None) -> tuple[str, queries.Page, list[str]]:
     """What a new connection sends first: the backlog, or the lines after the page's cursor."""
     streams = queries.streams(job_id)
@@ -40,7 +36,7 @@ def _start(job_id: int, after: log_cursor.Positions | None) -> tuple[str, querie
     return "log.backlog", queries.tail(job_id), streams
 
 
-def _after_param(scope) -> log_cursor.Positions | None:
+def _after_param(scope: dict[str, Any]) -> log_cursor.Positions | None:
     values = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("after")
     if not values:
         return None
@@ -50,18 +46,12 @@ def _after_param(scope) -> log_cursor.Positions | None:
         return None  # start afresh: the backlog
 
 
-class JobLogsConsumer(AsyncJsonWebsocketConsumer):
-    follower: asyncio.Task | None = None
+class JobLogsConsumer(JobSocket):
+    """/ws/jobs/<id>/logs/: the owner's Logs tab (the login and ownership checks: JobSocket)."""
 
-    async def connect(self) -> None:
-        user = self.scope.get("user")
-        self.job_id = int(self.scope["url_route"]["kwargs"]["job_id"])
-        if user is None or not user.is_authenticated:
-            await refuse(self, CLOSE_UNAUTHENTICATED)
-            return
-        if not await database_sync_to_async(_owns)(user, self.job_id):
-            await refuse(self, CLOSE_NOT_FOUND)
-            return
+    follower: asyncio.Task[None] | None = None
+
+    async def start(self, user: Any) -> None:
         # join before the first read: a line stored meanwhile wakes the follower, which reads
         # after the first read's position, so nothing falls between the two
         self.group = logs_group(self.job_id)
@@ -84,7 +74,7 @@ class JobLogsConsumer(AsyncJsonWebsocketConsumer):
         if hasattr(self, "group"):
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
-    async def log_lines(self, event: dict) -> None:
+    async def log_lines(self, event: dict[str, Any]) -> None:
         """Lines were stored (monitoring.ingest, jobs.console_log): read them from the database."""
         self.wake.set()
 

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Literal, TypedDict
+from typing import Any, Literal, TypedDict
 
 
 class LogLinesEvent(TypedDict):
     type: Literal["log.lines"]
     stream: str
     attempt: int
-    lines: list[list]  # [seq, ts (unix seconds), text]
+    lines: list[list[Any]]  # [seq, ts (unix seconds), text]
 
 
 def logs_group(job_id: int) -> str:
@@ -21,4 +21,4 @@ class MetricsEvent(TypedDict):
 
     type: Literal["job.metrics"]
     job_id: int
-    samples: list[list]  # [metric, ts (unix seconds), value, {"node", "gpu"} or {"stream"}]
+    samples: list[list[Any]]  # [metric, ts (unix seconds), value, {"node", "gpu"} or {"stream"}]

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from typing import Any
 
 from django.db import connection, transaction
 
-from console import live
-from jobs import bulk
-from jobs.agent_writes import placement_target, placement_targets
+from console.lib import live
+from jobs.channel.writes import placement_target, placement_targets
 from jobs.models import TrainingJob
+from jobs.sql import bulk
 from nodeagent import protocol_checks
 
 from .events import LogLinesEvent, logs_group
@@ -22,9 +23,9 @@ log = logging.getLogger(__name__)
 MAX_LINE_CHARS = protocol_checks.MAX_LINE_CHARS
 
 
-def store_batch(batch: dict, node_id: int) -> int:
+def store_batch(batch: dict[str, Any], node_id: int) -> int:
     """Store a `logs` message of node `node_id`; lines of a superseded attempt or a deleted job
-    are dropped, lines of a job the node does not run are refused (jobs.agent_writes).
+    are dropped, lines of a job the node does not run are refused (jobs.channel.writes).
 
     Returns how many lines were offered for insert (re-sent ones are ignored by the unique key).
     """
@@ -36,7 +37,7 @@ def store_batch(batch: dict, node_id: int) -> int:
     return _store(job_id, stream, attempt, batch["lines"])
 
 
-def store_batches(batches: Sequence[tuple[int, dict]]) -> list[str]:
+def store_batches(batches: Sequence[tuple[int, dict[str, Any]]]) -> list[str]:
     """Store several nodes' `logs` messages ((node id, message)) in one INSERT, as store_batch
     each would; for each, the reason it is refused, or "" (stored, or dropped as stale). Run
     inside the caller's transaction: the lines go to watchers once it commits."""
@@ -61,7 +62,7 @@ def store_batches(batches: Sequence[tuple[int, dict]]) -> list[str]:
     return refusals
 
 
-def store_lines(job_id: int, stream: str, attempt: int, lines: list[list]) -> int:
+def store_lines(job_id: int, stream: str, attempt: int, lines: list[list[Any]]) -> int:
     """Store lines whose sender the caller authorized (a Slurm run's launcher for its own role);
     those of an attempt that is no longer current, or of a deleted job, are dropped."""
     current = TrainingJob.objects.filter(pk=job_id).values_list("current_attempt", flat=True).first()
@@ -70,13 +71,13 @@ def store_lines(job_id: int, stream: str, attempt: int, lines: list[list]) -> in
     return _store(job_id, stream, attempt, lines)
 
 
-def _store(job_id: int, stream: str, attempt: int, lines: list[list]) -> int:
+def _store(job_id: int, stream: str, attempt: int, lines: list[list[Any]]) -> int:
     _insert_postgresql(job_id, stream, attempt, lines)
     publish_lines(job_id, stream, attempt, lines)
     return len(lines)
 
 
-# One parameter, the lines as rows (jobs.bulk.rows_param), instead of 6 × N placeholders:
+# One parameter, the lines as rows (jobs.sql.bulk.rows_param), instead of 6 × N placeholders:
 # PostgreSQL parses one short statement and the driver binds one string, which is what makes
 # 20k+ lines/s possible here.
 _LINE_COLUMNS = {"s": "bigint", "t": "double precision", "x": "text"}
@@ -96,17 +97,17 @@ _INSERT_MANY_SQL = f"""
 """
 
 
-def _columns(lines: list[list]) -> tuple[list, list, list]:
+def _columns(lines: list[list[Any]]) -> tuple[list[Any], list[Any], list[Any]]:
     """Sequence numbers, times and texts (cut, without NUL, which PostgreSQL's text refuses)."""
     return [line[0] for line in lines], [line[1] for line in lines], [line[2][:MAX_LINE_CHARS].replace("\x00", "") for line in lines]
 
 
-def _insert_postgresql(job_id: int, stream: str, attempt: int, lines: list[list]) -> None:
+def _insert_postgresql(job_id: int, stream: str, attempt: int, lines: list[list[Any]]) -> None:
     with connection.cursor() as cursor:
         cursor.execute(_INSERT_SQL, [job_id, stream, attempt, bulk.rows_param(_columns(lines))])
 
 
-def _lines_event(job_id: int, stream: str, attempt: int, lines: list[list]) -> tuple[str, dict]:
+def _lines_event(job_id: int, stream: str, attempt: int, lines: list[list[Any]]) -> tuple[str, dict[str, Any]]:
     event = LogLinesEvent(
         type="log.lines", stream=stream, attempt=attempt,
         lines=[[seq, ts, text[:MAX_LINE_CHARS]] for seq, ts, text in lines],
@@ -114,11 +115,11 @@ def _lines_event(job_id: int, stream: str, attempt: int, lines: list[list]) -> t
     return logs_group(job_id), dict(event)
 
 
-def publish_lines(job_id: int, stream: str, attempt: int, lines: list[list]) -> None:
+def publish_lines(job_id: int, stream: str, attempt: int, lines: list[list[Any]]) -> None:
     if lines:
         live.publish(*_lines_event(job_id, stream, attempt, lines))  # lost: a watcher catches up from its cursor
 
 
-def publish_many_lines(batches: Sequence[dict]) -> None:
+def publish_many_lines(batches: Sequence[dict[str, Any]]) -> None:
     """Several `logs` messages' lines to their watchers, in one hand-over."""
     live.publish_many([_lines_event(b["job_id"], b["stream"], b["attempt"], b["lines"]) for b in batches if b["lines"]])

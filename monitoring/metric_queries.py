@@ -89,7 +89,7 @@ def check_period(period: int, start: float, end: float, source: str) -> None:
         raise QueryError(f"at most {MAX_POINTS} points per line: use a period of at least {shortest} seconds")
 
 
-def line_key(metric: catalog.Metric, series: dict[str, Any]) -> tuple:
+def line_key(metric: catalog.Metric, series: dict[str, Any]) -> tuple[Any, ...]:
     return tuple(series[name] for name in catalog.LINE_DIMENSIONS[metric.scope])
 
 
@@ -146,7 +146,7 @@ def _series(metric: catalog.Metric, dims: Dimensions) -> list[dict[str, Any]]:
 
 def _lines(metric: catalog.Metric, statistic: catalog.Statistic, stats: dict[tuple[Any, float], Stats]) -> list[Line]:
     names = catalog.LINE_DIMENSIONS[metric.scope]
-    lines: dict[tuple, Line] = {}
+    lines: dict[tuple[Any, ...], Line] = {}
     for (key, begin), s in sorted(stats.items(), key=lambda item: (str(item[0][0]), item[0][1])):
         line = lines.get(key)
         if line is None:
@@ -156,7 +156,7 @@ def _lines(metric: catalog.Metric, statistic: catalog.Statistic, stats: dict[tup
 
 
 # -- current values (dashboard, node pages) ------------------------------------------------------
-def recent_samples(series_filter: dict[str, Any], metrics: Iterable[str], since: float) -> list[tuple[dict, float, float]]:
+def recent_samples(series_filter: dict[str, Any], metrics: Iterable[str], since: float) -> list[tuple[dict[str, Any], float, float]]:
     """(series row, ts, value) of the matching series since `since`, oldest first.
 
     Two queries: the series first, then their samples through the (series, ts) key (a join

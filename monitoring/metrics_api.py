@@ -5,7 +5,9 @@ from __future__ import annotations
 import csv
 import io
 import time
+from collections.abc import Collection
 from datetime import UTC, datetime
+from typing import Any
 
 from django.shortcuts import get_object_or_404
 from django.utils.dateparse import parse_datetime
@@ -16,8 +18,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from console.api_schema import QUERY_ERRORS
-from jobs.models import TrainingJob
+from console.lib.api_schema import QUERY_ERRORS
+from jobs.models import NodeGPU, TrainingJob
+from nodeagent.gpus import SIMULATED_UUID_PREFIX
 
 from . import catalog
 from .metric_queries import Dimensions, QueryError, Result, query
@@ -53,7 +56,7 @@ class MetricQuery(serializers.Serializer):
     stream = serializers.CharField(required=False, max_length=32)
 
 
-def label(dimensions: dict) -> str:
+def label(dimensions: dict[str, Any]) -> str:
     if "gpu" in dimensions:
         return f"{dimensions['node']} GPU {dimensions['gpu']}"
     return str(next(iter(dimensions.values()), ""))
@@ -63,17 +66,31 @@ def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, tz=UTC).isoformat().replace("+00:00", "Z")
 
 
-def as_json(job_id: int, result: Result) -> dict:
+def as_json(job_id: int, result: Result, simulated_nodes: Collection[str] = ()) -> dict[str, Any]:
+    """`simulated_nodes`: nodes whose GPUs are simulated; their GPU lines say so (`simulated`,
+    and the label), so no one reads a simulated 95 % as a real GPU's."""
+    def simulated(dims: dict[str, Any]) -> bool:
+        return "gpu" in dims and dims.get("node") in simulated_nodes
+
     return {
         "job": job_id, "namespace": catalog.NAMESPACE, "metric": result.metric.name, "unit": result.metric.unit,
         "statistic": str(result.statistic), "period": result.period, "source": result.source,
         "start": _iso(result.start), "end": _iso(result.end),
         "series": [
-            {"dimensions": line.dimensions, "label": label(line.dimensions),
+            {"dimensions": line.dimensions, "label": label(line.dimensions) + (" (simulated)" if simulated(line.dimensions) else ""),
+             "simulated": simulated(line.dimensions),
              "points": [{"timestamp": _iso(t), "value": v, "sample_count": n} for t, v, n in line.points]}
             for line in result.lines
         ],
     }
+
+
+def simulated_gpu_nodes(names: Collection[str]) -> set[str]:
+    """Which of these nodes report simulated GPUs (nodeagent.gpus: their UUIDs say so)."""
+    if not names:
+        return set()
+    return set(NodeGPU.objects.filter(node__name__in=names, uuid__startswith=SIMULATED_UUID_PREFIX)
+               .values_list("node__name", flat=True))
 
 
 class CSVRenderer(BaseRenderer):
@@ -83,7 +100,8 @@ class CSVRenderer(BaseRenderer):
     format = "csv"
     charset = "utf-8"
 
-    def render(self, data, accepted_media_type=None, renderer_context=None) -> bytes:
+    def render(self, data: Any, accepted_media_type: str | None = None,
+               renderer_context: dict[str, Any] | None = None) -> bytes:
         out = io.StringIO()
         writer = csv.writer(out)
         if isinstance(data, dict) and "series" in data:
@@ -111,10 +129,10 @@ class JobMetricsView(APIView):
                              description="a metric name, e.g. GPUUtilization, TrainingLoss"),
             OpenApiParameter("statistic", str, enum=[s.value for s in catalog.Statistic],
                              description="Average, Minimum, Maximum, Sum or SampleCount (default: the metric's primary statistic)"),
-            OpenApiParameter("period", int, description="seconds per point: 1, 5, 10, 30 or a multiple of 60 (multiple of 300 for ranges over 6 h); default from the range"),
+            OpenApiParameter("period", {"type": "integer", "minimum": 1}, description="seconds per point: 1, 5, 10, 30 or a multiple of 60 (multiple of 300 for ranges over 6 h); default from the range"),
             OpenApiParameter("start", str, description="ISO 8601 or unix seconds (default: end − 1 hour)"),
             OpenApiParameter("end", str, description="ISO 8601 or unix seconds (default: now)"),
-            OpenApiParameter("gpu", int, description="only this GPU index"),
+            OpenApiParameter("gpu", {"type": "integer", "minimum": 0}, description="only this GPU index"),
             OpenApiParameter("node", str, description="only this node"),
             OpenApiParameter("stream", str, description="only this stream (training metrics: master, worker-1, …)"),
             OpenApiParameter("format", str, enum=["json", "csv"], description="or send Accept: text/csv"),
@@ -135,7 +153,8 @@ class JobMetricsView(APIView):
             result = query(metric, catalog.Statistic(p.get("statistic") or metric.primary), start, end, p.get("period"), dims, now)
         except QueryError as exc:
             raise serializers.ValidationError({exc.field: [str(exc)]}) from exc
-        response = Response(as_json(job.pk, result))
+        gpu_nodes = {line.dimensions["node"] for line in result.lines if "gpu" in line.dimensions}
+        response = Response(as_json(job.pk, result, simulated_gpu_nodes(gpu_nodes)))
         if getattr(request.accepted_renderer, "format", "") == "csv":
             response["Content-Disposition"] = f'attachment; filename="{job.name}-{metric.name}.csv"'
         return response

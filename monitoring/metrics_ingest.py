@@ -16,12 +16,13 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 
-from console import live
-from jobs.agent_writes import RefusedWrite, metric_jobs
+from console.lib import live
+from jobs.channel.writes import RefusedWrite, metric_jobs
 from jobs.events import job_group
 from jobs.models import Node
 
@@ -163,11 +164,11 @@ _DIRTY_SQL = f"""
 
 
 # -- storing ------------------------------------------------------------------------------------
-def store_metrics(node_id: int, batch: dict) -> int:
+def store_metrics(node_id: int, batch: dict[str, Any]) -> int:
     """Store a `metrics` message of node `node_id`; returns how many samples were valid.
 
     Training metrics (a `job` dimension) only for jobs this node ran, under a role it held for
-    them (jobs.agent_writes): anything else refuses the message. Samples of deleted jobs drop."""
+    them (jobs.channel.writes): anything else refuses the message. Samples of deleted jobs drop."""
     samples = parse(batch.get("samples"))
     roles = metric_jobs(node_id, {s.job_id for s in samples if s.job_id is not None})
     for sample in samples:
@@ -218,12 +219,12 @@ def mark_dirty(start: datetime) -> None:
 
 def publish(node: str, samples: list[Sample]) -> None:
     """Send each job's new samples to the browsers watching it (group `job-<id>`)."""
-    by_job: dict[int, list[list]] = defaultdict(list)
+    by_job: dict[int, list[list[Any]]] = defaultdict(list)
     now = time.time()
     for s in samples:
         # a backlog re-sent after an outage is not news: the page shows it on its next load
         if s.job_id is not None and not is_late(s.ts, now):
-            dims: dict = {"node": node, "gpu": s.gpu} if s.gpu is not None else {"stream": s.stream}
+            dims: dict[str, Any] = {"node": node, "gpu": s.gpu} if s.gpu is not None else {"stream": s.stream}
             by_job[s.job_id].append([s.metric, s.ts, s.value, dims])
     # one send for every job of the batch; lost: the chart shows them on its next load
     live.publish_many([

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
 
 from django.db import connection
 
@@ -12,7 +16,7 @@ from .models import LogLine
 BACKLOG_LINES = 1000
 
 
-def as_dict(line: LogLine) -> dict:
+def as_dict(line: LogLine) -> dict[str, Any]:
     return {
         "id": line.id, "stream": line.stream, "attempt": line.attempt, "seq": line.seq,
         "ts": line.ts.timestamp(), "text": line.text,
@@ -27,7 +31,7 @@ def streams(job_id: int) -> list[str]:
     return sorted(names, key=lambda s: (s != "master", len(s), s))
 
 
-def since(job_id: int, after_id: int = 0, stream: str | None = None, limit: int = 1000) -> list[dict]:
+def since(job_id: int, after_id: int = 0, stream: str | None = None, limit: int = 1000) -> list[dict[str, Any]]:
     """Lines with an id above `after_id`, by id (the deprecated `since` of the API: it can skip
     lines that commit out of id order; `after` cannot)."""
     lines = LogLine.objects.filter(job_id=job_id, id__gt=after_id)
@@ -36,7 +40,7 @@ def since(job_id: int, after_id: int = 0, stream: str | None = None, limit: int 
     return [as_dict(line) for line in lines.order_by("id")[:limit]]
 
 
-def all_lines(job_id: int, stream: str | None = None):
+def all_lines(job_id: int, stream: str | None = None) -> Iterator[tuple[datetime, str, str]]:
     lines = LogLine.objects.filter(job_id=job_id)
     if stream:
         lines = lines.filter(stream=stream)
@@ -48,7 +52,7 @@ def all_lines(job_id: int, stream: str | None = None):
 class Page:
     """Lines and the cursor positions after them (monitoring.log_cursor)."""
 
-    lines: list[dict]
+    lines: list[dict[str, Any]]
     positions: Positions
     full: bool = False  # the limit was reached: more lines are readable now
 
@@ -85,7 +89,7 @@ _STREAMS_SQL = f"""
 """
 
 
-def _line(id_: int, stream: str, attempt: int, seq: int, ts, text: str) -> dict:
+def _line(id_: int, stream: str, attempt: int, seq: int, ts: Decimal, text: str) -> dict[str, Any]:
     return {"id": id_, "stream": stream, "attempt": attempt, "seq": seq, "ts": float(ts), "text": text}
 
 

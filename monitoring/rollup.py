@@ -18,9 +18,11 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from .catalog import Statistic
 
+K = TypeVar("K", bound=Hashable)  # what the samples are grouped by (a series id, a GPU index)
 PERIOD = 300  # seconds: the stored roll-up resolution
 LATE_MARGIN = 3 * PERIOD
 
@@ -69,13 +71,13 @@ def period_start(ts: float, period: int = PERIOD) -> float:
     return math.floor(ts / period) * period
 
 
-def aggregate(samples: Iterable[tuple[Hashable, float, float]], period: int = PERIOD) -> dict[tuple[Hashable, float], Stats]:
+def aggregate(samples: Iterable[tuple[K, float, float]], period: int = PERIOD) -> dict[tuple[K, float], Stats]:
     """Raw samples (key, ts, value) → Stats per (key, period start). Periods without samples
     are absent (a gap stays a gap: no zero is invented)."""
     return _accumulate(((key, ts, 1, value, value, value) for key, ts, value in samples), period)
 
 
-def combine(rollups: Iterable[tuple[Hashable, float, int, float, float, float]], period: int) -> dict[tuple[Hashable, float], Stats]:
+def combine(rollups: Iterable[tuple[K, float, int, float, float, float]], period: int) -> dict[tuple[K, float], Stats]:
     """Stored roll-ups (key, period start, count, sum, min, max) → Stats per (key, longer period).
 
     `period` must be a multiple of PERIOD: a 5-minute roll-up cannot be split.
@@ -85,9 +87,9 @@ def combine(rollups: Iterable[tuple[Hashable, float, int, float, float, float]],
     return _accumulate(rollups, period)
 
 
-def _accumulate(rows: Iterable[tuple[Hashable, float, int, float, float, float]], period: int) -> dict[tuple[Hashable, float], Stats]:
+def _accumulate(rows: Iterable[tuple[K, float, int, float, float, float]], period: int) -> dict[tuple[K, float], Stats]:
     # mutable [count, sum, min, max] per bucket: a 7-day chart merges ~16,000 rows per request
-    buckets: dict[tuple[Hashable, float], list[float]] = {}
+    buckets: dict[tuple[K, float], list[float]] = {}
     for key, ts, count, total, minimum, maximum in rows:
         bucket = (key, math.floor(ts / period) * period)
         acc = buckets.get(bucket)

@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Exists, Min, OuterRef
+from django.db.models import Exists, Min, OuterRef, QuerySet
 from django.utils import timezone
 
 from jobs.models import TrainingJob
@@ -131,7 +131,7 @@ def purge(now: datetime | None = None) -> PurgeResult:
     return PurgeResult(samples, rollups, series)
 
 
-def _delete_series(queryset) -> int:
+def _delete_series(queryset: QuerySet[MetricSeries]) -> int:
     try:
         with transaction.atomic():
             deleted = queryset.delete()[1].get(MetricSeries._meta.label, 0)

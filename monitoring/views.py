@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import UTC
 
 from django.db.models import Q
@@ -22,7 +23,7 @@ def download_logs(request: HttpRequest, pk: int) -> StreamingHttpResponse:
     job = get_object_or_404(TrainingJob, pk=pk, owner=request.user)
     stream = request.GET.get("stream") or None
 
-    def lines():
+    def lines() -> Iterator[str]:
         for ts, name, text in queries.all_lines(job.pk, stream):
             yield f"{ts.astimezone(UTC).isoformat(timespec='milliseconds')} [{name}] {text}\n"
 
@@ -58,7 +59,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     })
 
 
-def _job_samples(job_ids: list[int], now: float):
+def _job_samples(job_ids: list[int], now: float) -> Iterator[tuple[int, str, float, float]]:
     """(job, metric, ts, value): utilisation over the sparkline hour, other key metrics over the
     dashboard's "now" window only (an hour of every key metric would be 5× the rows)."""
     key = [m.name for m in catalog.KEY_METRICS if m.name != "GPUUtilization"]

@@ -21,6 +21,7 @@ from .logstream import Outbox
 from .metrics import MetricsCollector
 from .runner import RunnerContext
 from .runtimes import Runtime
+from .sandbox.files import private_directory
 from .spool import Spool
 from .storage import Storage, resolve_settings
 from .supervisor import Supervisor
@@ -45,13 +46,13 @@ def node_info(config: AgentConfig, gpus: GpuBackend) -> protocol.NodeInfo:
 class Agent:
     def __init__(self, config: AgentConfig, gpus: GpuBackend, runtime: Runtime) -> None:
         self.config, self.gpus = config, gpus
-        config.work_dir.mkdir(parents=True, exist_ok=True)
+        private_directory(config.work_dir)  # the spool, the markers, the warm pool: root's alone
         self.spool = Spool(config.work_dir / "spool")
-        self.welcome_storage: protocol.ObjectStorage | None = None
         self.ctx = RunnerContext(
             node_name=config.name, work_dir=config.work_dir, runtime=runtime, outbox=Outbox(self.spool),
             storage=self._storage, default_grace=config.stop_grace,
             environments=EnvironmentCache(config.env_cache or default_env_cache(), cpu_node=not runtime.real_gpus),
+            cache_cap=int(config.cache_max_gb * 1e9) if config.cache_max_gb is not None else None,
         )
         self.supervisor = Supervisor(self.ctx)
         self.metrics = MetricsCollector(gpus, self.supervisor, self.ctx.outbox, config.metrics_interval, config.work_dir)
@@ -60,13 +61,12 @@ class Agent:
             on_inject=self._inject,
         )
         self.faults = FaultMonitor(gpus, emit=self.ctx.outbox.fault, crash=self.supervisor.crash_gpu)
-        self.checkpoints = CheckpointWatcher(lambda: list(self.supervisor.runners.values()), self.ctx.outbox, self._storage)
+        self.checkpoints = CheckpointWatcher(lambda: list(self.supervisor.runners.values()), self.ctx.outbox)
         self.ctx.after_command = self.checkpoints.poll_one
         self.fence_after = protocol.DEFAULT_FENCE_AFTER
         self.fenced = False
 
     def _welcome(self, welcome: protocol.Welcome) -> None:
-        self.welcome_storage = welcome.get("object_storage")
         self.fence_after = float(welcome.get("fence_after_seconds") or protocol.DEFAULT_FENCE_AFTER)
         self.fenced = False
 
@@ -103,8 +103,8 @@ class Agent:
         if removed:
             log.warning("removed %d container(s) left by an earlier agent process: %s", len(removed), ", ".join(removed))
 
-    def _storage(self) -> Storage | None:
-        settings = resolve_settings(os.environ, self.welcome_storage)
+    def _storage(self, placement: protocol.Placement) -> Storage | None:
+        settings = resolve_settings(os.environ, placement)
         return Storage(settings) if settings else None
 
     async def run(self, stop: asyncio.Event | None = None) -> int:
@@ -133,6 +133,9 @@ class Agent:
                 code = EXIT_TOKEN_REFUSED
             else:
                 raise exc or RuntimeError("the connection loop ended")
+        if code == 0:
+            # a clean exit: the console moves this node's jobs on now, not after the grace
+            await self.connection.goodbye("the node agent is shutting down")
         # stop what runs (nothing may be left orphaned), then give the exit reports a chance
         # to reach the console; what does not is re-sent from the spool by the next agent
         await recovery

@@ -4,6 +4,12 @@ The loop never gives up on a console that is away (daphne restarting, Redis gone
 cut): it reconnects with exponential backoff and jitter, and on each new connection sends
 `hello`, then every unacknowledged spooled message in msg_id order, then new ones. Only a
 refused token ends it (TokenRejected), because retrying cannot fix that.
+
+Each welcome's resume secret is kept in this object only (never on disk: a job must not find it)
+and presented in the next hello: it is what lets this process take its node back after a blip
+while its old connection still looks alive to the console. A console that finds the node's
+connection alive and no secret (another process with the token, or this one restarted after a
+silent network cut) refuses the hello with 4423; the loop logs why and retries with backoff.
 """
 
 from __future__ import annotations
@@ -33,8 +39,9 @@ class TokenRejected(Exception):
 
 
 class Superseded(Exception):
-    """Another connection of this node replaced this one (close 4409): a second agent process
-    runs with this node's token. This one must stop its jobs and exit, or both would run them."""
+    """A newer connection that presented this process's resume secret replaced this one (close
+    4409): whoever holds it runs this node's jobs now. This one must stop its jobs and exit, or
+    both would run them."""
 
 
 class Backoff:
@@ -94,10 +101,26 @@ class Connection:
         self.heartbeat_interval = protocol.HEARTBEAT_INTERVAL
         self.batch_limit = 1  # spooled messages per frame: what this session's welcome allows
         self.connected = asyncio.Event()
+        # the last welcome's resume secret: memory only, sent in the next hello ("" before the first)
+        self.resume = ""
         self._wake = asyncio.Event()
         self._interval_changed = asyncio.Event()
         spool.on_append = self._wake.set
         self._error = ""
+        self._ws: ClientConnection | None = None  # the open connection, once welcomed
+
+    async def goodbye(self, reason: str) -> bool:
+        """Tell the console this agent is exiting cleanly, so that it moves the node's jobs on at
+        once rather than after the heartbeat grace. False when not connected (the close, or the
+        silence, tells the console instead)."""
+        ws = self._ws
+        if ws is None or not self.connected.is_set():
+            return False
+        try:
+            await ws.send(json.dumps(protocol.Goodbye(type="goodbye", reason=reason[:200])))
+        except ConnectionClosed:
+            return False
+        return True
 
     async def run(self) -> None:
         """Connect, serve, reconnect: returns never; raises TokenRejected or Superseded."""
@@ -124,20 +147,25 @@ class Connection:
                 log.exception("the connection to the console failed")
             finally:
                 self.connected.clear()
+                self._ws = None
             delay = self.backoff.next()
             log.info("reconnecting in %.1f s", delay)
             await asyncio.sleep(delay)
 
     async def _session(self, ws: ClientConnection) -> None:
         self._error = ""
+        contact = self.last_contact
         self.batch_limit = 1  # until this console's welcome says it takes batched frames
         hello = protocol.Hello(
             type="hello", protocol=protocol.PROTOCOL_VERSION, node=self.node, running=self.supervisor.running(),
             ended=self.supervisor.ended(), sent_at=time.time(),
         )
+        if self.resume:
+            hello["resume"] = self.resume
         with contextlib.suppress(ConnectionClosed):
             # a refusal (error + close 4401) may arrive before our hello is out: read it below
             await ws.send(json.dumps(hello))
+        self._ws = ws
         receiver = asyncio.create_task(self._receive(ws))
         others = {asyncio.create_task(self._send_spooled(ws)), asyncio.create_task(self._heartbeat(ws))}
         try:
@@ -163,6 +191,12 @@ class Connection:
             raise TokenRejected(self._error or ws.close_reason or "the token was refused")
         if ws.close_code == protocol.CLOSE_SUPERSEDED:
             raise Superseded(self._error or f"another connection of node {self.node['name']} replaced this one")
+        if ws.close_code == protocol.CLOSE_NODE_IN_USE:
+            # another connection holds the node and is alive: not ours to take. The backoff grows
+            # (no welcome reset it); an agent that restarted gets in once the console sees the old
+            # connection gone. A refusal is no contact: what this process runs is fenced as usual
+            self.last_contact = contact
+            log.error("the node is held by another live connection (close %s); retrying with backoff", ws.close_code)
         if ws.close_code == protocol.CLOSE_TRY_AGAIN:
             # the console is there but degraded (its database or Redis is away): not a cut-off,
             # so the jobs keep running; everything unacknowledged is re-sent on the next connection
@@ -193,6 +227,7 @@ class Connection:
         elif kind == "welcome":
             self.heartbeat_interval = float(message.get("heartbeat_interval") or protocol.HEARTBEAT_INTERVAL)
             self.batch_limit = max(1, min(int(message.get("batch_limit") or 1), MAX_FRAME_MESSAGES))
+            self.resume = str(message.get("resume") or "")
             self._interval_changed.set()
             self.on_welcome(message)  # type: ignore[arg-type]
             self.backoff.reset()  # only a console that accepted us resets the backoff

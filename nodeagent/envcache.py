@@ -23,46 +23,51 @@ into ~/.cache/torch_extensions, where a build killed half-way leaves a lock that
 later DeepSpeed job on the machine wait forever.
 The list pins torch and the layer satisfies it, so pip can never pull another torch: a package
 that wants a different one fails the build with pip's own message instead.
+
+Only the agent writes the cache; jobs read it (the process runtime's sandbox also binds it
+read-only into every job). Everything in it is the agent's user's, directories 0755, files 0644
+(0755 when executable), the locks 0700 (a job could otherwise hold a build up); a complete entry
+says so with `simpleai-permissions`. A cache that an older agent built (other owners, a
+group-writable file) is put right the first time an agent uses each entry. The lock and the
+permissions are nodeagent.nodecache's, which the requirements overlay shares.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
 import re
 import shutil
 import sys
-import sysconfig
 import time
 from collections import deque
-from collections.abc import AsyncIterator
-from configparser import ConfigParser
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
+from .nodecache import (
+    JobLog,
+    link_console_scripts,
+    node_lock,
+    secure_once,
+    secure_path,
+    secure_tree,
+    site_packages,
+)
 from .protocol import TrainingEnvironment
 
 MANIFEST = "simpleai-environment.json"
 LAYER_PTH = "_simpleai_torch_layer.pth"
 BUILD_TOOLS = ("wheel==0.45.1",)  # bdist_wheel for sdists built without isolation (deepspeed)
-LOCK_POLL = 0.5  # seconds between tries of a busy lock (polled: a stopped job stops waiting)
 # pip's lines worth showing in the job's log while an environment is built (the rest is noise)
 PROGRESS_PREFIXES = ("Collecting", "Downloading", "Building", "Created wheel", "Installing collected",
                      "Successfully", "Requirement already satisfied: torch", "ERROR", "error:")
 TAIL_LINES = 25  # pip's last lines kept for the failure message
 _PIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9,._-]+\])?==[A-Za-z0-9.+!_-]+")
 _FROM = re.compile(r" \(from [^)]*(\)|$).*$")  # "Collecting x (from y->-r /long/path (line 3))": the package is enough
-
-
-class JobLog(Protocol):
-    def info(self, text: str) -> None: ...
-
-    def warning(self, text: str) -> None: ...
 
 
 class EnvironmentFailed(Exception):
@@ -144,14 +149,17 @@ class EnvironmentCache:
         started = time.monotonic()
         label = f"{spec['name']} ({spec.get('framework_label') or spec['framework']} {spec['version']})"
         path = self.entry(spec)
+        self._secure_roots()
         ready = self.manifest(spec)
         if ready is not None:
+            await asyncio.to_thread(_secure_entry, path, ready)
             log.info(f"Training environment {label}: cached on this node (prepared {_ago(ready.get('prepared_at'))} "
                      f"in {ready.get('seconds', 0):.0f} s), reused")
             return PreparedEnvironment(spec["name"], path, True, time.monotonic() - started)
         async with self._locked(f"env-{path.name}", log, f"the training environment {spec['name']}"):
             ready = self.manifest(spec)
             if ready is not None:  # built by the job we waited for
+                await asyncio.to_thread(_secure_entry, path, ready)
                 log.info(f"Training environment {label}: prepared by another job on this node meanwhile, reused")
                 return PreparedEnvironment(spec["name"], path, True, time.monotonic() - started)
             log.info(f"Training environment {label}: preparing it on this node for the first time "
@@ -181,10 +189,10 @@ class EnvironmentCache:
                         quiet=True)
         await self._run([str(path / "bin" / "python"), "-m", "ensurepip", "--upgrade", "--default-pip"], log,
                         "installing pip into the environment", quiet=True)
-        site = _site_packages(path)
+        site = site_packages(path)
         if layer is not None:
             (site / LAYER_PTH).write_text(f"{layer}\n")
-            _link_console_scripts(layer, path / "bin")
+            link_console_scripts(layer, path / "bin")
         python = str(path / "bin" / "python")
         pip = [python, "-m", "pip", "install", "--disable-pip-version-check", "--no-input"]
         await self._run([*pip, *BUILD_TOOLS], log, "installing the build tools", quiet=True)
@@ -200,6 +208,7 @@ class EnvironmentCache:
                             log, "building DeepSpeed's CPU op", env={"DS_BUILD_OPS": "0", "DS_BUILD_SHM_COMM": "1",
                                                                      "DS_ACCELERATOR": "cpu"})
         versions = await self._check(python, requirements, log)
+        await asyncio.to_thread(secure_tree, path)  # before the manifest: complete means safe to share
         (path / MANIFEST).write_text(json.dumps({
             "name": spec["name"], "framework": spec["framework"], "version": spec["version"],
             "requirements": requirements, "python": self.python, "torch_layer": str(layer or ""),
@@ -211,6 +220,7 @@ class EnvironmentCache:
         layer = self.root / "layers" / f"torch-{version}-{self.tag}"
         if (layer / MANIFEST).is_file():
             log.info(f"torch {version}: from this node's shared layer (not copied into the environment)")
+            await asyncio.to_thread(secure_once, layer)
             return layer
         async with self._locked(f"layer-{layer.name}", log, f"the torch {version} layer"):
             if (layer / MANIFEST).is_file():
@@ -220,6 +230,7 @@ class EnvironmentCache:
             shutil.rmtree(building, ignore_errors=True)
             await self._run([self.python, "-m", "pip", "install", "--disable-pip-version-check", "--no-input",
                              "--target", str(building), f"torch=={version}"], log, f"installing torch {version}")
+            await asyncio.to_thread(secure_tree, building)
             (building / MANIFEST).write_text(json.dumps({"torch": version, "prepared_at": time.time()}))
             shutil.rmtree(layer, ignore_errors=True)
             os.replace(building, layer)  # a plain directory of packages: safe to rename when complete
@@ -247,7 +258,7 @@ class EnvironmentCache:
         process = await asyncio.create_subprocess_exec(
             *args, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
             env={**os.environ, "PIP_PROGRESS_BAR": "off", "PYTHONUNBUFFERED": "1", **(env or {})},
-            start_new_session=True,
+            start_new_session=True, umask=0o022,  # readable by jobs, writable by the agent alone
         )
         tail: deque[str] = deque(maxlen=TAIL_LINES)
         output: list[str] = []
@@ -273,49 +284,22 @@ class EnvironmentCache:
             raise EnvironmentFailed(f"{step} failed (exit code {code}): {' | '.join(detail)}")
         return "\n".join(output)
 
-    @contextlib.asynccontextmanager
-    async def _locked(self, name: str, log: JobLog, what: str) -> AsyncIterator[None]:
-        locks = self.root / "locks"
-        locks.mkdir(parents=True, exist_ok=True)
-        with open(locks / f"{name}.lock", "w") as handle:
-            said = False
-            while True:
-                try:
-                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if not said:
-                        log.info(f"Waiting: another job on this node is preparing {what}")
-                        said = True
-                    await asyncio.sleep(LOCK_POLL)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+    def _secure_roots(self) -> None:
+        """The cache's own directories: readable by jobs, the locks not even that."""
+        for folder, mode in ((self.root, 0o755), (self.root / "envs", 0o755), (self.root / "layers", 0o755),
+                             (self.root / "locks", 0o700)):
+            folder.mkdir(parents=True, exist_ok=True)
+            secure_path(str(folder), os.geteuid(), os.getegid(), directory_mode=mode)
+
+    def _locked(self, name: str, log: JobLog, what: str) -> contextlib.AbstractAsyncContextManager[None]:
+        return node_lock(self.root / "locks" / f"{name}.lock", log, f"Waiting: another job on this node is preparing {what}")
 
 
-def _site_packages(venv: Path) -> Path:
-    purelib = sysconfig.get_path("purelib", vars={"base": str(venv), "platbase": str(venv)})
-    return Path(purelib)
-
-
-def _link_console_scripts(layer: Path, bin_dir: Path) -> None:
-    """The layer's programs (torchrun, …) as scripts of the environment's own Python."""
-    python = bin_dir / "python"
-    for entry_points in layer.glob("*.dist-info/entry_points.txt"):
-        cfg = ConfigParser(interpolation=None)
-        cfg.optionxform = str  # type: ignore[assignment,method-assign]  # script names are case-sensitive
-        cfg.read_string(entry_points.read_text())
-        if not cfg.has_section("console_scripts"):
-            continue
-        for name, target in cfg.items("console_scripts"):
-            module, _, attr = target.strip().partition(":")
-            script = bin_dir / name
-            script.write_text(
-                f"#!{python}\nimport sys\nfrom {module} import {attr.split('.')[0]}\n"
-                f"sys.exit({attr}())\n"
-            )
-            script.chmod(0o755)
+def _secure_entry(path: Path, record: dict[str, Any]) -> None:
+    """A complete entry (and its torch layer) made safe to share, if an older agent left it otherwise."""
+    secure_once(path)
+    if record.get("torch_layer"):
+        secure_once(Path(record["torch_layer"]))
 
 
 def _ago(timestamp: Any) -> str:
@@ -327,4 +311,3 @@ def _ago(timestamp: Any) -> str:
     if seconds < 7200:
         return f"{seconds / 60:.0f} min ago"
     return f"{seconds / 3600:.0f} h ago"
-

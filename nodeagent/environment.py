@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 
 from .protocol import Placement
@@ -15,8 +15,20 @@ VENDOR_DIR = Path(__file__).resolve().parent / "vendor"
 # The platform's `deepspeed` and `accelerate` wrappers (multi-node without ssh), first on PATH.
 LAUNCHERS_DIR = Path(__file__).resolve().parent / "launchers"
 
-# The agent's own secrets must not reach user code through an inherited environment.
-AGENT_ONLY_VARIABLES = frozenset({"NODEAGENT_TOKEN", "S3_ENDPOINT_URL", "S3_ACCESS_KEY", "S3_SECRET_KEY"})
+# What the process runtime's command takes from the agent's environment: an allow-list, never a
+# deny-list. The agent's environment holds what only the agent may know (its token, and under
+# `make run` DATABASE_URL, REDIS_URL, SECRET_KEY, ...): a name no one thought to strip would leak.
+# The operator adds names with --pass-env (PassEnv).
+INHERITED_VARIABLES = frozenset({"PATH", "LANG", "TZ", "TERM"})
+INHERITED_PREFIXES = ("LC_",)
+
+
+def inherited(base: Mapping[str, str], pass_env: Collection[str] = ()) -> dict[str, str]:
+    """The part of `base` (the agent's environment) a command may see: the allow-list, plus the
+    operator's --pass-env names (`NAME`, or `PREFIX*` for every name that starts with PREFIX)."""
+    names = INHERITED_VARIABLES | {name for name in pass_env if not name.endswith("*")}
+    prefixes = INHERITED_PREFIXES + tuple(name[:-1] for name in pass_env if name.endswith("*"))
+    return {key: value for key, value in base.items() if key in names or key.startswith(prefixes)}
 
 
 def training_environment(
@@ -27,19 +39,23 @@ def training_environment(
     cuda_visible_devices: bool = False,
     cpu_node: bool = False,
     vendor_dir: Path = VENDOR_DIR,
+    pass_env: Collection[str] = (),
 ) -> dict[str, str]:
     """Everything the command sees.
 
-    `base` is the environment inherited by the process runtime (the agent's own, minus its
-    secrets); the Docker runtime passes none, the image brings its own. The contract wins
-    over `placement.env` so a job cannot break its own rendezvous by accident.
+    `base` is the agent's own environment under the process runtime, of which the command gets
+    only the allow-list (`inherited`: PATH, LANG, LC_*, TZ, TERM and the `pass_env` names), and
+    TMPDIR=/tmp (its private /tmp); the runtime adds HOME, USER and LOGNAME (the placement's own
+    directory and user). The Docker runtime passes no `base`: the image brings its own. The contract wins over `placement.env` so a job cannot break its own
+    rendezvous by accident.
     `cuda_visible_devices` is set only for real GPUs under the process runtime: in a
     container the allocated GPUs are renumbered from 0 by the device request. On a
     `cpu_node` (simulated GPUs) DeepSpeed is told to use the CPU (DS_ACCELERATOR=cpu; its CPU
     accelerator then talks gloo when oneCCL is not installed).
     """
-    env = {key: value for key, value in (base or {}).items() if key not in AGENT_ONLY_VARIABLES}
+    env = inherited(base, pass_env) if base is not None else {}
     if base is not None:
+        env["TMPDIR"] = "/tmp"  # the placement's own (nodeagent.sandbox); not an inherited one
         # the node's Python environment (the agent's own) comes first, so `python`, `torchrun`
         # and `deepspeed` in a command resolve to it even when the agent runs from a venv
         # that was not activated

@@ -12,7 +12,7 @@ import math
 import random
 import time
 import zlib
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
@@ -125,8 +125,10 @@ class _SimState:
 class SimulatedSensors:
     """Plausible readings for simulated devices that follow what runs on them.
 
-    A device whose placement's command runs is busy: high utilisation, most of its memory in
-    use, full SM clock, high power, PCIe/NVLink traffic; otherwise it idles. The temperature
+    A device whose placement's command runs is busy: most of its memory in use, and high
+    utilisation, SM clock, power and PCIe/NVLink traffic as far as the command works (`load`: the
+    share of a CPU it used, nodeagent.metrics; a command that sleeps leaves its GPUs near idle);
+    otherwise it idles. The temperature
     moves towards the busy or idle level with a time constant, as a real die does, so a chart
     shows the job starting and ending. Noise is seeded by the device's UUID (repeatable).
     """
@@ -135,17 +137,18 @@ class SimulatedSensors:
         self.clock = clock
         self.states: dict[str, _SimState] = {}
 
-    def read(self, device: Any, busy: bool) -> GpuReading:
+    def read(self, device: Any, busy: bool, load: float = 1.0) -> GpuReading:
         now = self.clock()
         state = self.states.get(device.uuid)
         if state is None:
             state = self.states[device.uuid] = _SimState(34.0, random.Random(zlib.crc32(device.uuid.encode())), now)
-        target = 71.0 if busy else 34.0
+        load = min(1.0, max(0.0, load)) if busy else 0.0
+        target = 34.0 + 37.0 * load
         state.temperature += (target - state.temperature) * (1 - math.exp(-max(0.0, now - state.at) / TEMPERATURE_SECONDS))
         state.at = now
         jitter = state.rng.uniform
         total = float(device.memory_gb)
-        util = min(100.0, jitter(86, 100)) if busy else 0.0
+        util = min(100.0, jitter(86, 100)) * load if busy else 0.0
         return {
             GPU_UTILIZATION: round(util, 1),
             GPU_MEMORY_UTILIZATION: round(jitter(38, 62), 1) if busy else 0.0,
@@ -153,19 +156,22 @@ class SimulatedSensors:
             GPU_MEMORY_TOTAL: total,
             GPU_TEMPERATURE: round(state.temperature + jitter(-0.6, 0.6), 1),
             GPU_POWER: round(70 + 6.2 * util + jitter(-8, 8) if busy else jitter(66, 74), 1),
-            GPU_SM_CLOCK: 1980.0 if busy else 345.0,
+            GPU_SM_CLOCK: round(345.0 + 1635.0 * load, 1),
             # fault injection sets this on the device; a healthy simulated GPU has none
             GPU_ECC_UNCORRECTED: float(getattr(device, "ecc_uncorrected", 0) or 0),
-            GPU_PCIE_RX: round(jitter(1500, 2600), 1) if busy else round(jitter(0, 2), 2),
-            GPU_PCIE_TX: round(jitter(600, 1200), 1) if busy else round(jitter(0, 2), 2),
-            GPU_NVLINK_RX: round(jitter(60_000, 140_000), 0) if busy else 0.0,
-            GPU_NVLINK_TX: round(jitter(60_000, 140_000), 0) if busy else 0.0,
+            GPU_PCIE_RX: round(jitter(1500, 2600) * load, 1) if busy else round(jitter(0, 2), 2),
+            GPU_PCIE_TX: round(jitter(600, 1200) * load, 1) if busy else round(jitter(0, 2), 2),
+            GPU_NVLINK_RX: round(jitter(60_000, 140_000) * load, 0) if busy else 0.0,
+            GPU_NVLINK_TX: round(jitter(60_000, 140_000) * load, 0) if busy else 0.0,
         }
 
 
-def simulate(sensors: SimulatedSensors, devices: list[Any], busy: Collection[int]) -> dict[int, GpuReading]:
+def simulate(sensors: SimulatedSensors, devices: list[Any], busy: Collection[int],
+             loads: Mapping[int, float] | None = None) -> dict[int, GpuReading]:
+    """`loads`: per busy device, how hard its command works (0–1); a device without one works fully."""
+    loads = loads or {}
     # a device that fell off the bus answers nothing, like NVML for a lost GPU: its charts show a gap
     return {
-        device.index: sensors.read(device, device.index in busy)
+        device.index: sensors.read(device, device.index in busy, loads.get(device.index, 1.0))
         for device in devices if not getattr(device, "lost", False)
     }

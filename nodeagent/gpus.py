@@ -11,13 +11,17 @@ from __future__ import annotations
 import contextlib
 import importlib
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Protocol
 
 from .gpu_metrics import GpuReading, NvlinkCounter, SimulatedSensors, read_nvml, simulate
 from .protocol import GpuInfo
+
+# how a simulated GPU's UUID starts (NVML's start "GPU-" and a hex UUID): the console labels
+# such GPUs' figures as simulated
+SIMULATED_UUID_PREFIX = "GPU-sim-"
 
 # The GPU model each server type carries, for simulated nodes (the console's catalogue
 # holds the same names; a real node reports what NVML says instead).
@@ -38,8 +42,9 @@ class GpuBackend(Protocol):
 
     def close(self) -> None: ...
 
-    def sample(self, busy: Collection[int]) -> dict[int, GpuReading]:
-        """One reading per device index; `busy` are the indices a training command runs on now."""
+    def sample(self, busy: Collection[int], loads: Mapping[int, float] | None = None) -> dict[int, GpuReading]:
+        """One reading per device index; `busy` are the indices a training command runs on now,
+        `loads` how hard it works on each (0–1; nodeagent.metrics), for a model without hardware."""
         ...
 
 
@@ -66,7 +71,7 @@ class SimulatedBackend:
             known = ", ".join(sorted(SERVER_TYPE_GPUS))
             raise GpuProbeError(f"no simulated GPU model for server type {server_type!r} (known: {known})")
         model, memory_gb = SERVER_TYPE_GPUS[server_type]
-        self.devices = [SimulatedGpu(i, f"GPU-sim-{node_name}-{i}", model, memory_gb) for i in range(count)]
+        self.devices = [SimulatedGpu(i, f"{SIMULATED_UUID_PREFIX}{node_name}-{i}", model, memory_gb) for i in range(count)]
 
     def gpus(self) -> list[GpuInfo]:
         return [device.info() for device in self.devices]
@@ -77,11 +82,11 @@ class SimulatedBackend:
     # -- metric sampling (the model lives in nodeagent.gpu_metrics) -----------------------------
     _sensors: SimulatedSensors | None = None  # created on the first sample
 
-    def sample(self, busy: Collection[int]) -> dict[int, GpuReading]:
-        """Readings that follow the job: busy devices work hard, the others idle."""
+    def sample(self, busy: Collection[int], loads: Mapping[int, float] | None = None) -> dict[int, GpuReading]:
+        """Readings that follow the job: busy devices work as hard as their command, the others idle."""
         if self._sensors is None:
             self._sensors = SimulatedSensors()
-        return simulate(self._sensors, self.devices, busy)
+        return simulate(self._sensors, self.devices, busy, loads)
 
 
 class NvmlBackend:
@@ -119,8 +124,8 @@ class NvmlBackend:
     # -- metric sampling (the readers live in nodeagent.gpu_metrics) ----------------------------
     _nvlink: NvlinkCounter | None = None  # NVLink counters are cumulative: rates need the last one
 
-    def sample(self, busy: Collection[int]) -> dict[int, GpuReading]:
-        """What NVML reports for every device (`busy` is not needed: the hardware knows)."""
+    def sample(self, busy: Collection[int], loads: Mapping[int, float] | None = None) -> dict[int, GpuReading]:
+        """What NVML reports for every device (`busy` and `loads` are not needed: the hardware knows)."""
         if self._nvlink is None:
             self._nvlink = NvlinkCounter()
         now = time.monotonic()

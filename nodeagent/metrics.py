@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,6 +25,23 @@ from .supervisor import Supervisor
 
 log = logging.getLogger(__name__)
 DEFAULT_INTERVAL = 10.0
+
+
+def tree_cpu_seconds(pid: int) -> float | None:
+    """CPU time (user + system) of a process and its live descendants so far; None once gone."""
+    from .runtimes.process import descendants
+
+    total, ticks = 0.0, os.sysconf("SC_CLK_TCK")
+    pids = [pid, *(child for child, _ in descendants(pid))]
+    for each in pids:
+        try:
+            fields = Path(f"/proc/{each}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            if each == pid:
+                return None
+            continue
+        total += (int(fields[11]) + int(fields[12])) / ticks
+    return total
 
 
 def gpu_owners(supervisor: Supervisor) -> tuple[dict[int, int], set[int]]:
@@ -42,19 +60,43 @@ def gpu_owners(supervisor: Supervisor) -> tuple[dict[int, int], set[int]]:
 class MetricsCollector:
     def __init__(
         self, gpus: GpuBackend, supervisor: Supervisor, outbox: Outbox, interval: float, disk_path: Path,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = time.time, cpu_seconds: Callable[[int], float | None] = tree_cpu_seconds,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.gpus, self.supervisor, self.outbox = gpus, supervisor, outbox
         self.interval = interval
         self.node = NodeStats(disk_path)
         self.clock = clock
+        self.cpu_seconds, self.monotonic = cpu_seconds, monotonic
+        self._cpu: dict[Any, tuple[float, float, float]] = {}  # runner → (when, its command's CPU seconds then, share)
+
+    def command_loads(self) -> dict[int, float]:
+        """GPU index → how hard the command on it worked since the last tick: the CPU its process
+        tree used per second, shared by its GPUs (0–1). Simulated GPUs follow it, so a script
+        that sleeps does not show 95 % and 600 W. A command without a pid (a container) has none."""
+        loads: dict[int, float] = {}
+        now, seen = self.monotonic(), {}
+        for key, runner in list(self.supervisor.runners.items()):
+            pid = getattr(runner, "command_pid", None)
+            if getattr(runner, "state", "") != "running" or not pid or (cpu := self.cpu_seconds(pid)) is None:
+                continue
+            then, before, share = self._cpu.get(key, (getattr(runner, "running_since", now), 0.0, 1.0))
+            indices = runner.placement.get("gpu_indices") or []
+            if now > then and indices:
+                share = min(1.0, max(0.0, (cpu - before) / (now - then) / len(indices)))
+                then, before = now, cpu
+            seen[key] = (then, before, share)  # no time passed: the last share stands
+            loads.update({int(index): float(share) for index in indices})
+        self._cpu = seen
+        return loads
 
     def sample(self) -> list[list[Any]]:
         """One tick's samples: [metric, ts, value, dimensions] each."""
         owners, busy = gpu_owners(self.supervisor)
         now = round(self.clock(), 3)
         samples: list[list[Any]] = []
-        for index, reading in sorted(self.gpus.sample(busy).items()):
+        loads = self.command_loads() if not self.gpus.real else None
+        for index, reading in sorted(self.gpus.sample(busy, loads).items()):
             dimensions: dict[str, Any] = {"gpu": index}
             if index in owners:
                 dimensions["job"] = owners[index]

@@ -6,9 +6,24 @@ Connection: the agent opens `ws(s)://CONSOLE/ws/agent/` with the header
 `Authorization: Bearer <node token>`. A wrong or revoked token is answered with an `error`
 message, then close code 4401; the agent prints the message and exits non-zero.
 
+One connection per node, and the token alone does not take a live node's place: each welcome
+carries a `resume` secret of that session, which the agent keeps in memory only and presents in
+the hello of its next connection. A hello for a node whose connection is alive (connected, and
+its heartbeats arrive within the lost grace) that does not present the current session's secret
+is refused with an `error` and close 4423, and changes nothing: the live connection keeps the
+node, its placements and its desired state. The refused agent retries with backoff; an agent
+process that restarted is accepted as soon as the console sees its old connection gone (closed,
+or silent past the grace). A hello with the right secret (a reconnect after a blip) opens a new
+session and the older connection is closed with 4409.
+
 Agent → console
   hello        first message: what this node is, and what it still runs
   heartbeat    every HEARTBEAT_INTERVAL seconds: liveness, and what runs
+  goodbye      the agent is exiting cleanly (no msg_id): the console declares the node gone at
+               once and moves its jobs on, rather than waiting out the heartbeat grace. A
+               connection that closes without the console asking (the agent killed, its
+               machine resetting it) is evidence too: the node is declared Lost a couple of
+               seconds later unless it connected again meanwhile
   logs         a batch of lines of one stream of one attempt
   attempt      a state change of one placement (preparing / running / exited)
   metrics      a batch of metric samples (MetricBatch): GPU and node readings every
@@ -22,7 +37,8 @@ spool and re-sends the rest after a reconnect. The console stores each log line 
 unique key (job, stream, attempt, seq), so a re-sent line is stored once.
 
 Console → agent
-  welcome      after hello: the node's id, heartbeat interval, object-storage settings
+  welcome      after hello: the node's id, heartbeat interval, fencing deadline, batch limit,
+               the session's resume secret
   desired      the full list of placements that should run on this node (level-triggered:
                start what is missing, stop what is not listed); sent after hello, on every
                change, and periodically
@@ -52,9 +68,15 @@ PROTOCOL_VERSION = 1
 AGENT_PATH = "/ws/agent/"
 HEARTBEAT_INTERVAL = 3.0  # seconds
 DEFAULT_FENCE_AFTER = 300.0  # seconds without the console before an agent stops its placements
-# The agent channel's close codes, read by both ends (the browsers' are in console.sockets)
+# The agent channel's close codes, read by both ends (the browsers' are in console.lib.sockets)
 CLOSE_BAD_TOKEN = 4401  # the token is unknown or revoked: the agent prints the error and exits
-CLOSE_SUPERSEDED = 4409  # another connection of the same node replaced this one: stop and exit
+# a connection that presented this session's resume secret replaced this one: stop and exit
+CLOSE_SUPERSEDED = 4409
+# the node is connected and alive over another connection, and this hello did not present that
+# session's resume secret: refused, nothing changed (a second agent, or an impostor with the
+# token); the agent logs it and retries with backoff (an agent restarted after a silent network
+# cut is accepted once the console notices that its old connection is gone)
+CLOSE_NODE_IN_USE = 4423
 # the console declared the node Lost (its heartbeats came later than the grace): say hello again
 CLOSE_DECLARED_LOST = 4410
 # the console is up but cannot serve now (its database or Redis is down). Not 1013: daphne (autobahn)
@@ -98,6 +120,9 @@ class Hello(TypedDict):
     # placements this agent process saw end (the most recent MAX_ENDED_REFS): their exit reports
     # may still be on their way in the spool, so the console does not take them for lost
     ended: NotRequired[list[RunningRef]]
+    # the `resume` of the welcome this agent process got last (absent on its first connection):
+    # proves it is the process whose connection it replaces
+    resume: NotRequired[str]
 
 
 class Heartbeat(TypedDict):
@@ -106,6 +131,11 @@ class Heartbeat(TypedDict):
     # when it was sent (agent's clock): a node whose messages wait in the console's queue longer
     # than the lost grace counts as cut off, whatever its last processed heartbeat says
     sent_at: NotRequired[float]
+
+
+class Goodbye(TypedDict):
+    type: Literal["goodbye"]
+    reason: str  # shown to staff and in the attempt's cause
 
 
 class LogBatch(TypedDict):
@@ -149,8 +179,11 @@ class AttemptUpdate(TypedDict):
 
 # What an `exited` report's `failure` names: the placement ended because the agent could not
 # prepare it or deliver its output, not because of the command; `message` says why. The
-# console puts the cause into the job's status reason (jobs.preparation).
-PREPARATION_FAILURES = ("script_download", "image_pull", "environment", "output_upload")
+# console puts the cause into the job's status reason (jobs.environments.preparation).
+# workdir_download: the project (workdir) could not be downloaded, checked or unpacked;
+# input_download: an input could not be synced; requirements: requirements.txt could not be installed
+PREPARATION_FAILURES = ("script_download", "image_pull", "environment", "output_upload", "workdir_download",
+                        "input_download", "requirements")
 
 
 class Fault(TypedDict):
@@ -191,23 +224,22 @@ class InjectFault(TypedDict):
     detail: NotRequired[str]
 
 
-class ObjectStorage(TypedDict):
-    endpoint_url: str
-    access_key: str
-    secret_key: str
-    results_bucket: str
-
-
 class Welcome(TypedDict):
+    """No object-storage keys: a node holds nothing node-wide; each placement carries its
+    attempt's own (`Placement.storage`). An agent ignores the `object_storage` an older
+    console may still send."""
+
     type: Literal["welcome"]
     node_id: int
     heartbeat_interval: float
-    object_storage: ObjectStorage
     # cut off from the console this long, the agent stops its own placements (fencing); the
     # console declares the node Lost only later, so work is never run twice
     fence_after_seconds: NotRequired[float]
     # spooled messages the agent may send in one frame (a JSON array); absent: one per frame
     batch_limit: NotRequired[int]
+    # this session's resume secret: kept in the agent's memory only (never on disk, never in a
+    # job's reach) and sent in the hello of its next connection (absent: an older console)
+    resume: NotRequired[str]
 
 
 class Registry(TypedDict):
@@ -240,6 +272,44 @@ class Placement(TypedDict):
     env: dict[str, str]
     warm_pool: NotRequired[WarmPool]  # absent: prepare from scratch and keep nothing (older consoles)
     environment: NotRequired[TrainingEnvironment]  # absent: the node's own Python (older consoles)
+    # whose job it is: the placement's Unix group and File Storage share on the node (nodeagent.jobusers)
+    tenant: NotRequired[Tenant]
+    # the attempt's own object-storage access (absent: the console has no object storage)
+    storage: NotRequired[PlacementStorage]
+    # the user's project directory, unpacked as the command's working directory before the script
+    workdir: NotRequired[Workdir]
+    # data synced onto the node before the command starts: $SIMPLEAI_INPUT_<NAME>
+    inputs: NotRequired[list[InputSpec]]
+    # partial recovery: what this node prepared for the job's previous attempt (same role, exited)
+    # may be reused instead of preparing again (nodeagent.reuse); absent: prepare as usual
+    reuse_previous: NotRequired[bool]
+
+
+class Workdir(TypedDict):
+    url: str  # s3://<owner bucket>/workdirs/<sha256>.tar.gz
+    sha256: str  # the project manifest's (or an older CLI's tarball digest): the node's cache key, checked as it unpacks
+
+
+class InputSpec(TypedDict):
+    name: str  # as the user wrote it; the variable is SIMPLEAI_INPUT_<NAME upper-cased>
+    url: str  # s3://<owner bucket>/key (one object) or s3://<owner bucket>/prefix/ (a tree)
+
+
+class Tenant(TypedDict):
+    id: int  # the console user's id
+    name: str  # the console user's name (log lines only)
+
+
+class PlacementStorage(TypedDict):
+    """Credentials of this attempt only, minted by the console for it and revoked when it ends:
+    they read the owner's storage space (`bucket`) and write only the job's own prefix
+    (`jobs/<job_id>/`: results and checkpoints). The agent downloads and uploads with them, and
+    the command gets them too (S3_ENDPOINT_URL, S3_ACCESS_KEY, S3_SECRET_KEY)."""
+
+    endpoint_url: str
+    bucket: str
+    access_key: str
+    secret_key: str
 
 
 class TrainingEnvironment(TypedDict):

@@ -33,6 +33,7 @@ MAX_SMALLINT = 2**15 - 1
 MAX_ROLE_CHARS = 32
 MAX_URL_CHARS = 1024
 MAX_METRIC_CHARS = 64
+MAX_RESUME_CHARS = 128  # a hello's resume secret (the console issues 43 characters)
 # timestamps between 2000-01-01 and 2100-01-01 (unix seconds)
 MIN_TS, MAX_TS = 946_684_800.0, 4_102_444_800.0
 
@@ -173,6 +174,7 @@ def _refs(message: Message, key: str, limit: int) -> None:
 
 
 def _hello(message: Message) -> None:
+    _str(message, "resume", MAX_RESUME_CHARS, optional=True)
     _refs(message, "running", 4096)
     _refs(message, "ended", MAX_ENDED_REFS)
     node = message.get("node")
@@ -197,9 +199,14 @@ def _hello(message: Message) -> None:
         _int(gpu, "memory_gb", 0, MAX_INT)
 
 
-# message type → what its body must satisfy; every type but hello/heartbeat carries msg_id
+def _goodbye(message: Message) -> None:
+    _str(message, "reason", 200)
+
+
+# message type → what its body must satisfy; every type but hello/heartbeat/goodbye carries msg_id
+UNNUMBERED = ("hello", "heartbeat", "goodbye")
 CHECKS = {
-    "hello": _hello, "heartbeat": lambda message: None, "logs": _logs, "metrics": _metrics,
+    "hello": _hello, "heartbeat": lambda message: None, "goodbye": _goodbye, "logs": _logs, "metrics": _metrics,
     "attempt": _attempt, "fault": _fault, "checkpoint": _checkpoint,
 }
 
@@ -211,7 +218,7 @@ def check(message: Any) -> None:
     kind = message.get("type")
     if kind not in CHECKS:
         raise Invalid(f"unknown message type {str(kind)[:40]!r}")
-    if kind not in ("hello", "heartbeat"):
+    if kind not in UNNUMBERED:
         _int(message, "msg_id", 1, MAX_BIGINT)
     if kind == "heartbeat":
         _refs(message, "running", 4096)

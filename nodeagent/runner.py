@@ -10,20 +10,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
+import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import warm
+from . import reuse, warm
+from .cachecap import Uses, trim
 from .envcache import EnvironmentCache, EnvironmentFailed, PreparedEnvironment
-from .environment import VENDOR_DIR
+from .environment import VENDOR_DIR, inherited
+from .inputs import InputError, Synced, sync_inputs, variable
 from .logstream import LogStream, Outbox
+from .outputs import upload_output
+from .projects import ProjectError, ensure_project, format_bytes, hand_project, tenant_key
 from .protocol import Placement
+from .requirements import REQUIREMENTS, OverlayCache, PreparedOverlay, RequirementsFailed
 from .runtimes import Execution, ExitStatus, ImageError, LaunchSpec, Runtime
-from .storage import Storage, StorageError
+from .storage import Storage, StorageError, routed_environment
 from .teardown_noise import TeardownNoiseFolder
 from .trainmetrics import TrainingMetrics
 from .workdirs import attempt_paths, write_marker
@@ -39,13 +44,15 @@ class RunnerContext:
     work_dir: Path
     runtime: Runtime
     outbox: Outbox
-    storage: Callable[[], Storage | None]  # built on demand: the settings may arrive with `welcome`
+    # a placement's object storage, with its attempt's own credentials (None: it has none)
+    storage: Callable[[Placement], Storage | None]
     default_grace: float
     vendor_dir: Path = VENDOR_DIR
     # after the command exits, before the exit report (e.g. the last checkpoint commit)
     after_command: Callable[[Runner], Awaitable[None]] | None = None
     # training environments built on this node (process runtime); None: the node's own Python
     environments: EnvironmentCache | None = None
+    cache_cap: int | None = None  # bytes the node's project, input and overlay caches may hold (nodeagent.cachecap)
 
 
 class PreparationFailed(Exception):
@@ -67,7 +74,19 @@ class Runner:
         self.stop_reason = ""
         self.crashed = ""
         self.prepared_environment: PreparedEnvironment | None = None
+        self.project: Path | None = None  # the unpacked workdir in the node's cache
+        self.project_view: Path | None = None  # that tree, laid under the working directory (not copied)
+        self.inputs: list[Synced] = []
+        self.overlay: PreparedOverlay | None = None  # requirements.txt installed on top of the environment
+        self.uses = Uses()  # the cache entries it uses, never evicted meanwhile
         self._stop_requested = asyncio.Event()
+        self._storage: list[Storage | None] = []  # made once, on first use (a client costs ~20 ms)
+
+    def storage(self) -> Storage | None:
+        """Object storage with this placement's own credentials; blocking (call it in a thread)."""
+        if not self._storage:
+            self._storage.append(self.ctx.storage(self.placement))
+        return self._storage[0]
 
     @property
     def grace(self) -> float:
@@ -93,6 +112,8 @@ class Runner:
             log.exception("placement %s/%s/%s failed in the agent", self.placement["job_id"], self.placement["attempt"], self.placement["role"])
             self.log.error(f"The node agent failed: {exc}")
             self._finish(ExitStatus(None, None), message=f"the node agent failed: {exc}", failure="environment")
+        finally:
+            self.uses.release()
 
     async def _run(self) -> None:
         p = self.placement
@@ -112,9 +133,11 @@ class Runner:
             self.log.info(f"Stopped before the command started ({self.stop_reason})")
             self._finish(ExitStatus(None, None), message=f"stopped before the command started: {self.stop_reason}")
             return
-        self.log.info(f"Environment ready ({time.monotonic() - started:.1f} s); sidecar container is running and ready for training process to run!")
+        self.log.info(f"Environment ready ({time.monotonic() - started:.1f} s); {self.ctx.runtime.ready_words}")
         self.log.info(f"Starting the command: {p['command']}")
-        spec = LaunchSpec(p, self.paths.workdir, self.paths.output_dir, self._command_environment())
+        spec = LaunchSpec(p, self.paths.workdir, self.paths.output_dir, self._command_environment(),
+                          inputs=tuple((item.name, item.path) for item in self.inputs), project=self.project_view,
+                          requirements=self.overlay.path if self.overlay is not None and self.overlay.user_base else None)
         output = TeardownNoiseFolder(self.training.tap(self.log.line))  # torchrun's exit-barrier noise → one line
         try:
             execution = await self.ctx.runtime.start(spec, output.feed)
@@ -126,6 +149,15 @@ class Runner:
             self.log.error(f"The command could not be started: {exc}")
             self._finish(ExitStatus(None, None), message=f"the command could not be started: {exc}", failure="environment")
             return
+        try:
+            await self._run_started(execution, output)
+        finally:
+            await execution.release()  # its files back to the agent, its Unix user free again
+
+    async def _run_started(self, execution: Execution, output: TeardownNoiseFolder) -> None:
+        p = self.placement
+        if execution.isolation:
+            self.log.info(f"Isolation: {execution.isolation}")
         self._mark("running", execution.marker)
         self.log.flush()
         self.ctx.outbox.attempt(p, "running")
@@ -135,10 +167,13 @@ class Runner:
             with contextlib.suppress(Exception):
                 await self.ctx.after_command(self)
         if status.signal is not None:
-            self.log.info(f"Command killed by signal {_signal_name(status.signal)}")
+            self.log.info(f"Command killed by signal {status.signal_name}")
         else:
             self.log.info(f"Command exited with code {status.exit_code}")
-        output_url, upload_error = await self._upload()
+        if execution.resources:
+            self.log.info(f"Resources used: {execution.resources}")
+        output_url, upload_error = await upload_output(self.placement, self.paths.workdir.name, self.paths.output_dir,
+                                                       self.storage, self.log)
         message = f"crashed: {self.crashed}" if self.crashed else f"stopped: {self.stop_reason}" if self.stop_reason else ""
         self._finish(status, message="; ".join(m for m in (message, upload_error) if m), output_url=output_url,
                      failure="output_upload" if upload_error else "")
@@ -159,16 +194,103 @@ class Runner:
 
     def _command_environment(self) -> dict[str, str]:
         runtime = self.ctx.runtime
-        env = runtime.environment(self.placement, self.paths.output_dir)
+        env = routed_environment(runtime.environment(self.placement, self.paths.output_dir), os.environ)
         if self.prepared_environment is not None:
             env = self.prepared_environment.activate(env)
+        if self.overlay is not None:
+            env = self.overlay.activate(env)
+        for item in self.inputs:
+            env[variable(item.name)] = str(item.path)
+        mount = (self.placement.get("mount_path") or "").rstrip("/")
+        if (mount == "/root" or mount.startswith("/home/")) and "HF_HOME" not in (self.placement.get("env") or {}):
+            # a share at a home directory (the seed's /root) holds ~/.cache/huggingface; the job's own
+            # HOME is its working directory's, so Hugging Face is told where that cache is
+            env["HF_HOME"] = f"{mount}/.cache/huggingface"
         return runtime.with_launchers(env)  # deepspeed/accelerate wrappers before the environment's own
 
     async def _prepare(self) -> None:
         p = self.placement
-        if not await warm.reuse(p, self.ctx.work_dir, self.paths.workdir, self.log, self.ctx.storage):
+        # what this node can never give the placement fails it before minutes of preparation
+        problem = await asyncio.to_thread(self.ctx.runtime.placement_problem, p, self.paths.workdir, self.paths.output_dir)
+        if problem:
+            raise PreparationFailed(problem, "environment")
+        reused = await asyncio.to_thread(reuse.take_over, self.ctx.work_dir, p, self.paths)
+        if reused is not None:
+            self.log.info(reused.line())
+        elif not await warm.reuse(p, self.ctx.work_dir, self.paths.workdir, self.log, self.storage,
+                                  uses_image=self.ctx.runtime.uses_image):
             await self._prepare_cold()  # else: a warm start, the files an earlier job of this user prepared are here
+        if p.get("workdir"):
+            await self._prepare_project(copy=reused is None)
+        if p.get("inputs"):
+            await self._prepare_inputs()
         self.prepared_environment = await self._prepare_environment()
+        if self.project is not None and (self.project / REQUIREMENTS).is_file():
+            await self._prepare_requirements(self.project)
+        grew = self.uses.grew or any(item.downloaded_files for item in self.inputs) or bool(self.overlay and not self.overlay.cached)
+        if self.ctx.cache_cap is not None and grew:  # what this placement added may take the caches over their cap
+            await asyncio.to_thread(trim, self.ctx.work_dir, self._overlays().root, self.ctx.cache_cap)
+
+    def _say(self) -> Any:  # the job log's info() for a worker thread (the log stream belongs to the event loop)
+        loop = asyncio.get_running_loop()
+        return lambda text: loop.call_soon_threadsafe(self.log.info, text)
+
+    async def _prepare_project(self, copy: bool = True) -> None:
+        """The user's project as the command's working directory: the node's cached copy, or downloaded and
+        unpacked now; laid under it copy-on-write where the runtime can (the sandbox), else copied
+        (unless `copy` is off: the interrupted attempt's copy, taken over, holds it already)."""
+        p = self.placement
+        spec = p["workdir"]
+        try:
+            storage = await asyncio.to_thread(self.storage)
+            ready = await asyncio.to_thread(ensure_project, self.ctx.work_dir, p, storage, self._say(), self.uses.hold)
+            self.uses.grew |= ready.downloaded
+            laid = await asyncio.to_thread(self.ctx.runtime.lays_projects, self.ctx.work_dir)
+            if copy or laid:  # a taken-over directory under a view holds only the job's own writes
+                kept, given = await asyncio.to_thread(hand_project, ready.tree, self.paths.workdir, laid)
+            else:
+                kept, given = [], "the interrupted attempt's copy reused"
+            self.project_view = ready.tree if laid else None
+        except (ProjectError, StorageError, OSError) as exc:
+            raise PreparationFailed(f"The workdir could not be prepared on node {self.ctx.node_name}: {exc}",
+                                    "workdir_download") from exc
+        how = (f"downloaded and unpacked in {ready.seconds:.1f} s" if ready.downloaded
+               else "already on this node, nothing downloaded")
+        self.log.info(f"Workdir {spec['sha256'][:12]}: {ready.files} files, {format_bytes(ready.bytes)} ({how}); {given}")
+        if kept:
+            self.log.warning(f"Workdir: kept what the job's directory already held over the project's "
+                             f"{', '.join(kept[:5])}{' …' if len(kept) > 5 else ''}")
+        self.project = ready.tree
+
+    async def _prepare_inputs(self) -> None:
+        try:
+            storage = await asyncio.to_thread(self.storage)
+            self.inputs = await asyncio.to_thread(sync_inputs, self.ctx.work_dir, self.placement, storage, self._say(),
+                                                  tenant_key(self.placement), self.uses.hold)
+        except (InputError, StorageError, OSError) as exc:
+            raise PreparationFailed(f"The inputs could not be synced onto node {self.ctx.node_name}: {exc}",
+                                    "input_download") from exc
+
+    async def _prepare_requirements(self, project: Path) -> None:
+        runtime, tenant, spec = self.ctx.runtime, tenant_key(self.placement), self.placement.get("environment")
+        passed = inherited(os.environ, runtime.pass_env)
+        try:
+            if runtime.installs_requirements:
+                self.overlay = await self._overlays().prepare(
+                    project, self.prepared_environment, list(spec["requirements"]) if spec else [], tenant,
+                    self.placement, runtime.run_build, self.log, passed, self.uses.hold)
+            else:  # in the job's image (Docker), or not at all
+                self.overlay = await runtime.image_requirements(project, self.placement, tenant, self._overlays().root,
+                                                                self.log, passed, self.uses.hold)
+        except (RequirementsFailed, OSError) as exc:
+            raise PreparationFailed(f"{exc}" if isinstance(exc, RequirementsFailed)
+                                    else f"requirements.txt could not be installed: {exc}", "requirements") from exc
+        if self.overlay is None:
+            self.log.warning(f"requirements.txt: not installed by the {runtime.name} runtime (install the packages in "
+                             "the image, or run `pip install -r requirements.txt` in the command)")
+
+    def _overlays(self) -> OverlayCache:
+        return OverlayCache(self.ctx.environments.root if self.ctx.environments is not None else self.ctx.work_dir / "envs")
 
     async def _prepare_environment(self) -> PreparedEnvironment | None:
         """The job's framework and version as a Python environment (process runtime, cached)."""
@@ -202,14 +324,14 @@ class Runner:
             self.log.info("Concurrent Checkpoint library is installed")
         else:
             self.log.warning(f"Concurrent Checkpoint library not found in {self.ctx.vendor_dir}")
-        await warm.remember(p, self.ctx.work_dir, self.paths.workdir, self.ctx.storage)
+        await warm.remember(p, self.ctx.work_dir, self.paths.workdir, self.storage)
 
     async def _download_script(self, url: str) -> None:
         started = time.monotonic()
         try:
-            storage = await asyncio.to_thread(self.ctx.storage)
+            storage = await asyncio.to_thread(self.storage)
             if storage is None:
-                raise StorageError(f"Cannot download the training script {url}: no object storage is configured (S3_ENDPOINT_URL or the console's settings)")
+                raise StorageError(f"Cannot download the training script {url}: the placement carries no object-storage credentials (the console has no object storage configured)")
             _, size = await asyncio.to_thread(storage.download, url, self.paths.workdir)
         except StorageError as exc:
             raise PreparationFailed(str(exc), "script_download") from exc
@@ -233,31 +355,6 @@ class Runner:
             with contextlib.suppress(asyncio.CancelledError):
                 await stopper
 
-    async def _upload(self) -> tuple[str, str]:
-        """Upload OUTPUT_DIR to `<output_prefix>/<role>`; returns (output_url or "", error or "").
-
-        The role keeps the nodes of one attempt from overwriting each other's files (every
-        rank-0-of-its-node writes e.g. model.pt); the console derives the job's result URL
-        from the output_url by dropping `attempt-N/<role>`.
-        """
-        base = self.placement.get("output_prefix") or ""
-        if not base:
-            return "", ""
-        prefix = f"{base.rstrip('/')}/{self.paths.workdir.name}"
-        if not any(path.is_file() for path in self.paths.output_dir.rglob("*")):
-            self.log.info("OUTPUT_DIR is empty: nothing to upload")
-            return "", ""
-        try:
-            storage = await asyncio.to_thread(self.ctx.storage)
-            if storage is None:
-                raise StorageError("no object storage is configured")
-            count = await asyncio.to_thread(storage.upload_tree, self.paths.output_dir, prefix)
-        except StorageError as exc:
-            self.log.error(f"Output not uploaded to {prefix}: {exc}")
-            return "", f"output not uploaded to {prefix}: {exc}"
-        self.log.info(f"Output uploaded to {prefix} ({count} files)")
-        return prefix, ""
-
     def _finish(self, status: ExitStatus, message: str = "", image_error: bool = False, output_url: str = "",
                 failure: str = "") -> None:
         self.log.flush()  # every line before the exit report
@@ -278,16 +375,13 @@ class Runner:
 
     def _mark(self, state: str, execution: dict[str, Any] | None = None) -> None:
         self.state = state
+        if state == "running" and execution and execution.get("pid"):
+            # where simulated GPUs read how hard the command works (nodeagent.metrics)
+            self.command_pid, self.running_since = int(execution["pid"]), time.monotonic()
         p = self.placement
         with contextlib.suppress(OSError):  # the marker is a recovery aid; a full disk must not stop the job
             write_marker(self.paths.marker, {
                 "job_id": p["job_id"], "attempt": p["attempt"], "role": p["role"], "state": state,
                 "runtime": self.ctx.runtime.name, "execution": execution or {}, "grace": self.grace,
+                "prepared": reuse.identity(p),  # what a later attempt checks before it reuses the files
             })
-
-
-def _signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return str(number)

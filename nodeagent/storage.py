@@ -5,12 +5,14 @@ Blocking boto3 calls; the runner calls them through `asyncio.to_thread`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import os
+import stat
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
-from .protocol import ObjectStorage
+from .protocol import Placement
 
 
 class StorageError(Exception):
@@ -24,14 +26,31 @@ class S3Settings:
     secret_key: str
 
 
-def resolve_settings(environ: Mapping[str, str], welcome: ObjectStorage | None) -> S3Settings | None:
-    """The agent's own environment wins (an operator may route a node through another endpoint);
-    otherwise what the console sent in `welcome`."""
-    if environ.get("S3_ENDPOINT_URL"):
-        return S3Settings(environ["S3_ENDPOINT_URL"], environ.get("S3_ACCESS_KEY", ""), environ.get("S3_SECRET_KEY", ""))
-    if welcome and welcome.get("endpoint_url"):
-        return S3Settings(welcome["endpoint_url"], welcome.get("access_key", ""), welcome.get("secret_key", ""))
-    return None
+# what the agent's own S3_ENDPOINT_URL replaces in a placement's environment (routing)
+ENDPOINT_VARIABLES = ("S3_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3")
+
+
+def resolve_settings(environ: Mapping[str, str], placement: Placement) -> S3Settings | None:
+    """The placement's own credentials (its attempt's, minted by the console for it alone); None
+    when it has none (the console has no object storage). The node holds no keys of its own:
+    the agent's S3_ENDPOINT_URL may route the placement's transfers through another endpoint,
+    never with other keys."""
+    storage = placement.get("storage")
+    if not storage or not storage.get("access_key"):
+        return None
+    endpoint = environ.get("S3_ENDPOINT_URL") or storage["endpoint_url"]
+    return S3Settings(endpoint, storage["access_key"], storage["secret_key"])
+
+
+def routed_environment(env: dict[str, str], environ: Mapping[str, str]) -> dict[str, str]:
+    """The command reaches object storage the way the agent does: the agent's S3_ENDPOINT_URL,
+    when it has one, replaces the console's endpoint in the placement's environment."""
+    endpoint = environ.get("S3_ENDPOINT_URL")
+    if endpoint:
+        for name in ENDPOINT_VARIABLES:
+            if name in env:
+                env[name] = endpoint
+    return env
 
 
 def parse_s3_url(url: str) -> tuple[str, str]:
@@ -69,20 +88,69 @@ class Storage:
             raise StorageError(f"Could not download the training script {url}: {_describe(exc)}") from exc
         return target, target.stat().st_size
 
-    def upload_tree(self, directory: Path, prefix_url: str) -> int:
-        """Upload every file under `directory` to `prefix_url/<relative path>`; returns the count."""
+    def upload_tree(self, directory: Path, prefix_url: str) -> Uploaded:
+        """Upload every regular file under `directory` to `prefix_url/<relative path>`.
+
+        The directory is the job's: a symbolic link in it may name any file of the node (the
+        token, another tenant's share) and the agent reads as root, so links are never followed,
+        and each file is opened relative to its directory's descriptor (a directory swapped for a
+        link meanwhile leads nowhere)."""
         bucket, prefix = parse_s3_url(prefix_url)
         prefix = prefix.strip("/")
-        count = 0
-        for path in sorted(p for p in directory.rglob("*") if p.is_file()):
-            relative = path.relative_to(directory).as_posix()
+        files = left_out = 0
+        for relative, handle in _regular_files(directory):
             key = f"{prefix}/{relative}" if prefix else relative
+            if handle is None:
+                left_out += 1
+                continue
             try:
-                self.client.upload_file(str(path), bucket, key)
+                with handle:
+                    self.client.upload_fileobj(handle, bucket, key)
             except Exception as exc:
                 raise StorageError(f"Could not upload {relative} to s3://{bucket}/{key}: {_describe(exc)}") from exc
-            count += 1
-        return count
+            files += 1
+        return Uploaded(files, left_out)
+
+
+@dataclass(frozen=True)
+class Uploaded:
+    files: int
+    left_out: int  # symbolic links, devices, pipes: never followed nor uploaded
+
+    def describe(self) -> str:
+        text = f"{self.files} file{'' if self.files == 1 else 's'}"
+        if self.left_out:
+            text += f"; {self.left_out} link{'' if self.left_out == 1 else 's'} or special file{'' if self.left_out == 1 else 's'} left out"
+        return text
+
+
+def has_regular_files(directory: Path) -> bool:
+    for _, handle in _regular_files(directory):
+        if handle is not None:
+            handle.close()
+            return True
+    return False
+
+
+def _regular_files(directory: Path) -> Iterator[tuple[str, BinaryIO | None]]:
+    """(relative path, an open file) for each regular file under `directory`, sorted; (relative
+    path, None) for each entry that is neither a file nor a directory (links included)."""
+    for root, dirs, names, root_fd in os.fwalk(directory, follow_symlinks=False):
+        dirs.sort()
+        base = Path(root).relative_to(directory)
+        for name in sorted(names + [d for d in dirs if stat.S_ISLNK(os.stat(d, dir_fd=root_fd, follow_symlinks=False).st_mode)]):
+            relative = (base / name).as_posix()
+            try:
+                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=root_fd)
+            except OSError:  # a link (ELOOP), or gone meanwhile
+                yield relative, None
+                continue
+            if not stat.S_ISREG(os.fstat(fd).st_mode):  # a fifo or a device: never read
+                os.close(fd)
+                yield relative, None
+                continue
+            os.set_blocking(fd, True)
+            yield relative, os.fdopen(fd, "rb")
 
 
 def _describe(exc: Exception) -> str:
@@ -99,3 +167,8 @@ def _describe(exc: Exception) -> str:
             return f"access denied ({code})"
         return f"{code} {message}".strip() or str(exc)
     return str(exc) or type(exc).__name__
+
+
+def describe_error(exc: Exception) -> str:
+    """A transfer error in a few words (no such object, access denied, the endpoint's message)."""
+    return _describe(exc)

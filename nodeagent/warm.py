@@ -114,20 +114,23 @@ def sweep(work_dir: Path, now: float | None = None) -> list[str]:
     return removed
 
 
-async def reuse(placement: Placement, work_dir: Path, workdir: Path, log_stream: LogStream, storage_factory: StorageFactory) -> bool:
+async def reuse(placement: Placement, work_dir: Path, workdir: Path, log_stream: LogStream, storage_factory: StorageFactory,
+                uses_image: bool = False) -> bool:
     """Fill `workdir` from a kept environment when the console asked for it; True when done.
+    `uses_image`: the runtime runs the job's image (so a warm start has it on the node).
 
     A warm pool that fails must never fail the job (as in `remember`): another placement of the
     same key may replace or sweep the entry while this one reads it; the job then prepares cold."""
     try:
-        return await _reuse(placement, work_dir, workdir, log_stream, storage_factory)
+        return await _reuse(placement, work_dir, workdir, log_stream, storage_factory, uses_image)
     except Exception as exc:
         log.warning("job %s: the warm pool failed", placement["job_id"], exc_info=True)
         log_stream.info(f"The warm environment kept on this node could not be used ({exc}); preparing from scratch")
         return False
 
 
-async def _reuse(placement: Placement, work_dir: Path, workdir: Path, log_stream: LogStream, storage_factory: StorageFactory) -> bool:
+async def _reuse(placement: Placement, work_dir: Path, workdir: Path, log_stream: LogStream, storage_factory: StorageFactory,
+                 uses_image: bool) -> bool:
     entry = entry_dir(work_dir, placement)
     hint = placement.get("warm_pool")
     if entry is None:
@@ -157,8 +160,27 @@ async def _reuse(placement: Placement, work_dir: Path, workdir: Path, log_stream
         log_stream.info(f"The warm environment could not be linked ({exc}); preparing from scratch")
         return False
     _write_meta(entry, {**meta, "ended_at": None, "used_by": placement["job_id"]})
-    log_stream.info(f"Warm start: environment reused from job {meta.get('job_name')} (#{meta.get('job_id')}); image, training script and data are already on this node")
+    log_stream.info(warm_start_line(meta, placement, uses_image))
     return True
+
+
+def warm_start_line(meta: dict[str, Any], placement: Placement, uses_image: bool) -> str:
+    """What a warm start really found on the node: the image only where the runtime uses one,
+    the training script only where the job has one, other files only where there are some."""
+    kept = []
+    if uses_image and placement.get("image"):
+        kept.append(f"the image {placement['image']}")
+    files = len(meta.get("files") or {})
+    if placement.get("script_url"):
+        kept.append(f"the training script {placement['script_url'].rsplit('/', 1)[-1]}")
+        files -= 1
+    if files > 0:
+        kept.append(f"{files} other file{'' if files == 1 else 's'} it prepared")
+    said = f"Warm start: environment reused from job {meta.get('job_name')} (#{meta.get('job_id')})"
+    if not kept:
+        return f"{said}; this job has nothing to download (no training script or data)"
+    listed = kept[0] if len(kept) == 1 else ", ".join(kept[:-1]) + " and " + kept[-1]
+    return f"{said}; already on this node: {listed}"
 
 
 def _keep_prepared(workdir: Path, target: Path) -> None:

@@ -5,6 +5,10 @@
     <work-dir>/jobs/<job_id>/attempt-<n>/<role>.agent.json the marker (beside, not inside, the
                                                             user's directory)
 
+The agent's: <work-dir> 0700, the attempt's directory 0711 (nothing in it can be listed), the
+marker 0600. The working directory is handed to the placement's own user while it runs
+(nodeagent.sandbox.files), who reaches it through its own mount namespace only.
+
 The marker says whether this node ever started the placement and how far it got. The
 supervisor relies on it twice: a placement whose directory exists is never started again
 (an attempt runs once per node), and after an agent restart a marker that is not `exited`
@@ -35,7 +39,11 @@ class AttemptPaths:
         return self.workdir.exists() or self.marker.exists()
 
     def create(self) -> None:
-        self.output_dir.mkdir(parents=True, exist_ok=False)
+        self.workdir.parent.mkdir(mode=0o711, parents=True, exist_ok=True)
+        os.chmod(self.workdir.parent, 0o711)  # whatever the umask said
+        self.workdir.mkdir(mode=0o700, exist_ok=False)
+        os.chmod(self.workdir, 0o700)
+        self.output_dir.mkdir(mode=0o700)
 
 
 def attempt_paths(work_dir: Path, placement: Placement) -> AttemptPaths:
@@ -47,7 +55,9 @@ def attempt_paths(work_dir: Path, placement: Placement) -> AttemptPaths:
 
 def write_marker(path: Path, data: dict[str, Any]) -> None:
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data))
+    descriptor = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    with os.fdopen(descriptor, "w") as handle:
+        handle.write(json.dumps(data))
     os.replace(tmp, path)  # atomic: a crash leaves the old marker or the new one
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import Any
 
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
@@ -20,7 +21,7 @@ from .usage import MonthSummary, summarize, user_items
 CHART_MONTHS = 12
 
 
-def _chart(months: list[MonthSummary]) -> dict:
+def _chart(months: list[MonthSummary]) -> dict[str, Any]:
     """Plotly traces: cost per month, stacked by plan (oldest month first)."""
     shown = list(reversed(months[:CHART_MONTHS]))
     labels = [m.month for m in shown]
@@ -53,7 +54,7 @@ def usage(request: HttpRequest) -> HttpResponse:
 
 
 def _rows(limits: Limits, usage: Usage) -> list[tuple[str, str, str]]:
-    def limit(value, unit: str = "") -> str:
+    def limit(value: object, unit: str = "") -> str:
         return "No limit" if value is None else f"{value}{unit}"
 
     budget = limits.monthly_gpu_hour_budget

@@ -11,14 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from decimal import Decimal
+from typing import Any
 
 from django.db import transaction
 
+from jobs.channel.notify import schedule_on_commit
 from jobs.choices import TERMINAL_STATUSES, JobStatus
-from jobs.locks import take_scheduler_lock
 from jobs.models import Placement, ServerType
 from jobs.models.attempts import HOLDING_STATES
-from jobs.notify import schedule_on_commit
+from jobs.scheduling.locks import take_scheduler_lock
 
 from .choices import WhenBusy, WorkspaceStatus
 from .models import ContractTerm, Workspace, WorkspaceNode, WorkspaceStatusChange
@@ -32,7 +33,7 @@ class ResizeRefused(Exception):
 
 
 @transaction.atomic
-def create_workspace(owner, fields: Mapping) -> Workspace:
+def create_workspace(owner: Any, fields: Mapping[str, Any]) -> Workspace:
     """Create a workspace in Creating from validated fields and reserve what is free now."""
     server_type = fields["server_type"]
     if not isinstance(server_type, ServerType):

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import admin
+from django.db.models import QuerySet
+from django.http import HttpRequest
 
 from .models import (
     ContractTerm,
@@ -19,10 +23,10 @@ from .models import (
 class ReadOnlyAdmin(admin.ModelAdmin):
     """Rows written by actions and the ledger: staff look, never edit."""
 
-    def has_add_permission(self, request, obj=None) -> bool:
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
-    def has_change_permission(self, request, obj=None) -> bool:
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
 
@@ -32,7 +36,7 @@ class WorkspaceNodeInline(admin.TabularInline):
     can_delete = False
     readonly_fields = ["node", "node_name", "reserved_at", "released_at", "draining"]
 
-    def has_add_permission(self, request, obj=None) -> bool:
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
 
@@ -42,7 +46,7 @@ class WorkspaceStatusChangeInline(admin.TabularInline):
     can_delete = False
     readonly_fields = ["old_status", "new_status", "reason", "created_at"]
 
-    def has_add_permission(self, request, obj=None) -> bool:
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
 
@@ -60,7 +64,7 @@ class WorkspaceAdmin(admin.ModelAdmin):
     ]
     inlines = [WorkspaceNodeInline, WorkspaceStatusChangeInline]
 
-    def has_add_permission(self, request) -> bool:
+    def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
 
@@ -99,7 +103,7 @@ class QuotaAdmin(admin.ModelAdmin):
         ]}),
     ]
 
-    def get_queryset(self, request):
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Quota]:
         return super().get_queryset(request).prefetch_related("allowed_server_types")
 
     @admin.display(description="allowed server types")

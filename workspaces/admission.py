@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from typing import Any
 
 from django.conf import settings
 
@@ -23,7 +24,7 @@ from .usage import gpu_hours_this_month
 WORKSPACE_MESSAGE = "Select one of your Training Workspaces, or none to use the shared pool."
 
 
-def limits_for(user) -> Limits:
+def limits_for(user: Any) -> Limits:
     quotas = Quota.objects.filter(user=user).prefetch_related("allowed_server_types")
     own = next(iter(quotas), None)
     if own is not None:
@@ -32,7 +33,7 @@ def limits_for(user) -> Limits:
     return effective_limits(None, [q.limits() for q in groups])
 
 
-def usage_for(user, limits: Limits | None = None) -> Usage:
+def usage_for(user: Any, limits: Limits | None = None) -> Usage:
     """What counts against the user's quotas now. The GPU-hours are summed only when a budget
     is set (or `limits` is None: the quota page shows everything)."""
     holding = Placement.objects.filter(
@@ -49,7 +50,7 @@ def usage_for(user, limits: Limits | None = None) -> Usage:
     return usage
 
 
-def workspace_for(owner, value) -> Workspace | None:
+def workspace_for(owner: Any, value: Any) -> Workspace | None:
     """The owner's workspace named `value` (a name or a Workspace), or None for the shared pool."""
     if not value:
         return None
@@ -58,7 +59,7 @@ def workspace_for(owner, value) -> Workspace | None:
     return Workspace.objects.filter(owner=owner, name=str(value)).select_related("server_type").first()
 
 
-def _workspace_errors(workspace: Workspace, data: Mapping) -> dict[str, str]:
+def _workspace_errors(workspace: Workspace, data: Mapping[str, Any]) -> dict[str, str]:
     errors: dict[str, str] = {}
     if workspace.status not in ACCEPTS_JOBS:
         errors["workspace"] = f"Training Workspace {workspace.name} is {workspace.status}; it takes no new jobs."
@@ -75,7 +76,7 @@ def _workspace_errors(workspace: Workspace, data: Mapping) -> dict[str, str]:
     return errors
 
 
-def keep_alive_error(value) -> str | None:
+def keep_alive_error(value: Any) -> str | None:
     """None (left out) means the default of 10 minutes."""
     maximum = settings.WARM_POOL_MAX_KEEP_ALIVE_MINUTES
     if value is not None and not 0 <= value <= maximum:
@@ -83,7 +84,7 @@ def keep_alive_error(value) -> str | None:
     return None
 
 
-def job_errors(owner, data: Mapping) -> dict[str, str]:
+def job_errors(owner: Any, data: Mapping[str, Any]) -> dict[str, str]:
     """{field or non_field_errors: message} for a job about to be created by `owner`."""
     errors: dict[str, str] = {}
     if (message := keep_alive_error(data.get("keep_alive_minutes"))) is not None:
@@ -108,7 +109,7 @@ def job_errors(owner, data: Mapping) -> dict[str, str]:
     return errors
 
 
-def workspace_quota_errors(owner, server_type: str) -> dict[str, str]:
+def workspace_quota_errors(owner: Any, server_type: str) -> dict[str, str]:
     limits = limits_for(owner)
     return {} if limits.unlimited else workspace_limit_errors(limits, server_type)
 

@@ -6,7 +6,7 @@ class WorkspacesConfig(AppConfig):
     verbose_name = "Training Workspaces"
 
     def ready(self) -> None:
-        from jobs import policy
+        from jobs.scheduling import policy
 
         from . import signals  # noqa: F401  (connects the billing ledger to job creation and deletion)
         from .scheduling_policy import WorkspacesPolicy

@@ -1,9 +1,9 @@
 """Choice sets of Training Workspaces, quotas and billing. Status values are the seed's words."""
 
-from django.db import models
+from console.lib.choices import TextChoices
 
 
-class WorkspaceStatus(models.TextChoices):
+class WorkspaceStatus(TextChoices):
     CREATING = "Creating"  # reserving its nodes
     DEPLOYED = "Deployed"  # every node reserved; operating normally
     UPDATING = "Updating"  # the node count is changing (growing waits for free nodes, shrinking drains)
@@ -17,19 +17,19 @@ ACCEPTS_JOBS = frozenset({
 })
 
 
-class WhenBusy(models.TextChoices):
+class WhenBusy(TextChoices):
     """What shrinking does when the nodes it would release run jobs."""
 
     REFUSE = "refuse", "Refuse: keep every node that runs a job"
     DRAIN = "drain", "Drain: release busy nodes when their jobs end"
 
 
-class Plan(models.TextChoices):
+class Plan(TextChoices):
     ON_DEMAND = "on_demand", "On-Demand"
     SPOT = "spot", "Spot"
     WORKSPACE = "workspace", "Training Workspace"
 
 
-class UsageKind(models.TextChoices):
+class UsageKind(TextChoices):
     JOB = "job", "Training Job"
     WORKSPACE = "workspace", "Training Workspace"

@@ -3,22 +3,21 @@ with the API), so a page and the API refuse with the same message."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from django import forms
 
+from console.lib.fields import form_integer
 from jobs.models import ServerType
-from jobs.validation import INTEGER_MESSAGE, MAX_NODES, allocation_for
+from jobs.validation import MAX_NODES, allocation_for, node_count_error
 
 from .admission import workspace_quota_errors
 from .choices import WhenBusy
 from .models import ContractTerm, Workspace
-from .validation import DUPLICATE_NAME_MESSAGE, contract_error, node_count_error, validate_workspace
+from .validation import DUPLICATE_NAME_MESSAGE, contract_error, validate_workspace
 
 
-def _integer(label: str, widget=None) -> forms.IntegerField:
-    return forms.IntegerField(required=False, label=label, error_messages={"invalid": INTEGER_MESSAGE}, widget=widget)
-
-
-def check_workspace(owner, data: dict, server_types: list[ServerType]) -> dict[str, str]:
+def check_workspace(owner: Any, data: dict[str, Any], server_types: list[ServerType]) -> dict[str, str]:
     """Every rule of a new workspace, the database ones included: {field: message}."""
     by_name = {st.name: st for st in server_types}
     server_type = by_name.get(data.get("server_type") or "")
@@ -38,13 +37,13 @@ def check_workspace(owner, data: dict, server_types: list[ServerType]) -> dict[s
 class WorkspaceForm(forms.Form):
     name = forms.CharField(required=False, label="Training Workspace name", help_text="Up to 63 lowercase letters, digits, '-' and '.'; starts and ends with a letter or digit.")
     server_type = forms.CharField(required=False, widget=forms.RadioSelect)
-    gpus_per_node = _integer("Resource allocation", widget=forms.Select)
-    node_count = _integer("Number of nodes", widget=forms.NumberInput(attrs={"min": 1, "max": MAX_NODES}))
+    gpus_per_node = form_integer("Resource allocation", widget=forms.Select)
+    node_count = form_integer("Number of nodes", widget=forms.NumberInput(attrs={"min": 1, "max": MAX_NODES}))
     contract_months = forms.TypedChoiceField(
         required=False, coerce=int, empty_value=None, label="Contract period",
     )
 
-    def __init__(self, *args, owner=None, **kwargs):
+    def __init__(self, *args: Any, owner: Any = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.owner = owner
         self.server_types = list(ServerType.objects.all())
@@ -63,7 +62,7 @@ class WorkspaceForm(forms.Form):
             if self.terms:
                 self.initial.setdefault("contract_months", self.terms[0].months)
 
-    def clean(self):
+    def clean(self) -> dict[str, Any]:
         data = super().clean()
         data["server_type"] = data.get("server_type") or ""
         data["memory_gb"] = None
@@ -72,19 +71,19 @@ class WorkspaceForm(forms.Form):
                 self.add_error(field if field in self.fields else None, message)
         return data
 
-    def workspace_fields(self) -> dict:
+    def workspace_fields(self) -> dict[str, Any]:
         data = self.cleaned_data
         return {key: data[key] for key in ("name", "server_type", "gpus_per_node", "memory_gb", "node_count", "contract_months")}
 
 
 class ResizeForm(forms.Form):
-    node_count = _integer("Number of nodes", widget=forms.NumberInput(attrs={"min": 1, "max": MAX_NODES}))
+    node_count = form_integer("Number of nodes", widget=forms.NumberInput(attrs={"min": 1, "max": MAX_NODES}))
     when_busy = forms.ChoiceField(
         choices=WhenBusy.choices, initial=WhenBusy.REFUSE, widget=forms.RadioSelect, required=False,
         label="If a node to release runs a job",
     )
 
-    def clean(self):
+    def clean(self) -> dict[str, Any]:
         data = super().clean()
         if "node_count" not in self._errors and (message := node_count_error(data.get("node_count"))):
             self.add_error("node_count", message)

@@ -2,10 +2,10 @@
 
 Level-triggered like the scheduler: `reconcile_all` compares what each workspace should hold
 with what it holds and moves one step towards it; running it twice changes nothing. It runs
-under the scheduler's lock (jobs.locks): a node must not be reserved by a workspace in the
+under the scheduler's lock (jobs.scheduling.locks): a node must not be reserved by a workspace in the
 same moment the scheduler gives it to a shared-pool job, and a node must not be released
 while the scheduler places a workspace job on it. Which nodes are idle comes from the capacity
-ledger (jobs.capacity), like everything the scheduler decides on.
+ledger (jobs.scheduling.capacity), like everything the scheduler decides on.
 """
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ from django.db import transaction
 from django.utils import timezone
 
 from jobs import actions as job_actions
-from jobs.capacity import GpuUse, Ledger, NodeLedger, Reservation
-from jobs.capacity_load import load_ledger
-from jobs.locks import take_scheduler_lock
+from jobs.channel.notify import schedule_on_commit
 from jobs.models import Placement, TrainingJob
 from jobs.models.attempts import HOLDING_STATES
-from jobs.notify import schedule_on_commit
+from jobs.scheduling.capacity import GpuUse, Ledger, NodeLedger, Reservation
+from jobs.scheduling.capacity_load import load_ledger
+from jobs.scheduling.locks import take_scheduler_lock
 
 from .choices import WorkspaceStatus
 from .models import Workspace, WorkspaceNode

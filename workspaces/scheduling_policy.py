@@ -1,10 +1,10 @@
-"""What Training Workspaces, the warm pool and quotas add to the scheduler (jobs.policy).
+"""What Training Workspaces, the warm pool and quotas add to the scheduler (jobs.scheduling.policy).
 
 Installed when Django starts (workspaces.apps). In each scheduler run:
 
 1. workspaces take the idle nodes they wait for, before shared-pool jobs can (`reconcile`);
    the ledger then marks those nodes reserved: only the workspace's jobs may use them
-   (jobs.scheduling), and a job in a workspace uses no other node;
+   (jobs.scheduling.placement), and a job in a workspace uses no other node;
 2. a job of a workspace that is being cancelled, or has no node yet, keeps waiting (`held`);
 3. a job prefers nodes where its owner's environment is kept warm (same user, server type,
    image and script): `shape`;
@@ -23,10 +23,10 @@ from datetime import timedelta
 from django.contrib.auth import get_user_model
 
 from jobs import actions as job_actions
-from jobs.capacity import JobHold, Ledger, Reservation
 from jobs.choices import JobStatus
 from jobs.models import Placement, TrainingJob
-from jobs.scheduling import Assignment, JobRequest
+from jobs.scheduling.capacity import JobHold, Ledger, Reservation
+from jobs.scheduling.decision import Assignment, JobRequest
 from nodeagent import protocol
 
 from .agent_hints import add_warm_pool_hints

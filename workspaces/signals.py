@@ -21,7 +21,7 @@ from .usage import archive_job, current_plan
 
 
 @receiver(post_save, sender=TrainingJob, dispatch_uid="workspaces.job_billing")
-def fix_job_price(sender, instance: TrainingJob, created: bool, raw: bool = False, **kwargs) -> None:
+def fix_job_price(sender: object, instance: TrainingJob, created: bool, raw: bool = False, **kwargs: object) -> None:
     if not created or raw:
         return
     plan, price = current_plan(instance)
@@ -30,7 +30,7 @@ def fix_job_price(sender, instance: TrainingJob, created: bool, raw: bool = Fals
 
 
 @receiver(pre_delete, sender=TrainingJob, dispatch_uid="workspaces.job_archive")
-def archive_deleted_job(sender, instance: TrainingJob, origin=None, **kwargs) -> None:
+def archive_deleted_job(sender: object, instance: TrainingJob, origin: object = None, **kwargs: object) -> None:
     # a user deleted by staff takes their ledger with them: archiving would point at no one
     if isinstance(origin, get_user_model()):
         return

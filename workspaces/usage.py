@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, tzinfo
 from decimal import Decimal
+from typing import Any
 
-from django.db.models import Prefetch, Q
+from django.db.models import Prefetch, Q, QuerySet
 from django.utils import timezone
 
 from jobs.choices import LearningType
@@ -32,6 +33,14 @@ def current_plan(job: TrainingJob) -> tuple[str, Decimal]:
     return Plan.ON_DEMAND, job.server_type.on_demand_price_per_gpu_hour
 
 
+def attempt_price(job: TrainingJob, attempt: JobAttempt, price: Decimal) -> Decimal:
+    """An attempt's price per GPU-hour: a spot job's attempts on on-demand capacity (after its
+    fallback budget ran out) at the on-demand price it fell back at, the others at the job's."""
+    if attempt.on_demand and job.on_demand_price_per_gpu_hour is not None:
+        return Decimal(job.on_demand_price_per_gpu_hour)
+    return price
+
+
 def job_price(job: TrainingJob) -> tuple[str, Decimal]:
     billing: JobBilling | None = getattr(job, "billing", None)
     if billing is not None:
@@ -47,6 +56,8 @@ class AttemptBill:
     cost: Cost
     lost_seconds: float  # the redone tail of this attempt, not charged
     waited_seconds: float  # between this attempt's end and the next one running: nothing held
+    price_per_gpu_hour: Decimal = Decimal(0)  # the on-demand price for a spot job's fallback attempts
+    on_demand: bool = False  # a spot job's attempt on on-demand capacity (its fallback budget ran out)
 
 
 @dataclass(frozen=True)
@@ -59,6 +70,13 @@ class JobBill:
     @property
     def spans(self) -> list[Span]:
         return [span for attempt in self.attempts for span in attempt.spans]
+
+    def spans_by_plan(self) -> list[tuple[str, list[Span]]]:
+        """The spans under the plan each was billed at: a spot job's attempts on on-demand
+        capacity (its fallback budget ran out) are On-Demand usage, at the on-demand price."""
+        fallback = [span for attempt in self.attempts if attempt.on_demand for span in attempt.spans]
+        own = [span for attempt in self.attempts if not attempt.on_demand for span in attempt.spans]
+        return [(self.plan, own)] + ([(Plan.ON_DEMAND, fallback)] if fallback else [])
 
 
 def _attempt_end(placements: list[Placement], attempt: JobAttempt, now: datetime) -> datetime:
@@ -84,15 +102,16 @@ def job_bill(job: TrainingJob, now: datetime | None = None) -> JobBill:
             run = max(0.0, ((p.ended_at or now) - p.started_at).total_seconds())
             tail = lost_tail_seconds(following.lost_seconds, waited, run) if following and following.lost_seconds else 0.0
             lost = max(lost, tail)
-            spans.append(Span(p.started_at, p.ended_at or now, len(p.gpu_indices), price, tail))
-        bills.append(AttemptBill(attempt.number, attempt.kind, spans, total_cost(spans), lost, waited))
+            spans.append(Span(p.started_at, p.ended_at or now, len(p.gpu_indices), attempt_price(job, attempt, price), tail))
+        bills.append(AttemptBill(attempt.number, attempt.kind, spans, total_cost(spans), lost, waited,
+                                 attempt_price(job, attempt, price), attempt.on_demand))
     total = Cost()
     for bill in bills:
         total += bill.cost
     return JobBill(plan, price, bills, total)
 
 
-def bill_queryset():
+def bill_queryset() -> QuerySet[TrainingJob]:
     """Jobs with everything job_bill reads, in a fixed number of queries."""
     return TrainingJob.objects.select_related("server_type", "billing").prefetch_related(
         Prefetch("attempts", queryset=JobAttempt.objects.prefetch_related("placements")),
@@ -121,7 +140,7 @@ class Item:
     deleted: bool = False
 
 
-def user_items(owner, now: datetime | None = None, since: datetime | None = None) -> list[Item]:
+def user_items(owner: Any, now: datetime | None = None, since: datetime | None = None) -> list[Item]:
     """Every job and workspace of `owner` with its spans (only spans ending after `since`)."""
     now = now or timezone.now()
     items: list[Item] = []
@@ -130,7 +149,8 @@ def user_items(owner, now: datetime | None = None, since: datetime | None = None
         jobs = jobs.filter(Q(attempts__placements__ended_at__isnull=True) | Q(attempts__placements__ended_at__gte=since)).distinct()
     for job in jobs.filter(attempts__isnull=False).distinct():
         bill = job_bill(job, now)
-        items.append(Item(UsageKind.JOB, job.pk, job.name, bill.plan, job.server_type.name, bill.spans))
+        for plan, spans in bill.spans_by_plan():
+            items.append(Item(UsageKind.JOB, job.pk, job.name, plan, job.server_type.name, spans))
     workspaces = Workspace.objects.filter(owner=owner).select_related("server_type").prefetch_related(
         Prefetch("reservations", queryset=WorkspaceNode.objects.order_by("reserved_at")),
     )
@@ -139,8 +159,8 @@ def user_items(owner, now: datetime | None = None, since: datetime | None = None
     archived = UsageArchive.objects.filter(owner=owner)
     if since is not None:
         archived = archived.filter(ended_at__gte=since)
-    grouped: dict[tuple, list[Span]] = defaultdict(list)
-    meta: dict[tuple, UsageArchive] = {}
+    grouped: dict[tuple[Any, ...], list[Span]] = defaultdict(list)
+    meta: dict[tuple[Any, ...], UsageArchive] = {}
     for row in archived:
         key = (row.kind, row.source_id)
         grouped[key].append(row.span())
@@ -159,7 +179,7 @@ class MonthSummary:
     total: Cost = field(default_factory=Cost)
 
 
-def summarize(items: list[Item], tz) -> list[MonthSummary]:
+def summarize(items: list[Item], tz: tzinfo) -> list[MonthSummary]:
     """Months, newest first: cost by plan and by job or workspace."""
     months: dict[str, MonthSummary] = {}
     for item in items:
@@ -173,12 +193,12 @@ def summarize(items: list[Item], tz) -> list[MonthSummary]:
     return [months[key] for key in sorted(months, reverse=True)]
 
 
-def month_start(now: datetime, tz) -> datetime:
+def month_start(now: datetime, tz: tzinfo) -> datetime:
     local = now.astimezone(tz)
     return local.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
 
 
-def gpu_hours_this_month(owner, now: datetime | None = None) -> tuple[Decimal, str]:
+def gpu_hours_this_month(owner: Any, now: datetime | None = None) -> tuple[Decimal, str]:
     """Charged GPU-hours of the owner's jobs outside workspaces this calendar month (the budget)."""
     now = now or timezone.now()
     tz = timezone.get_current_timezone()
@@ -196,17 +216,17 @@ def gpu_hours_this_month(owner, now: datetime | None = None) -> tuple[Decimal, s
 
 def archive_job(job: TrainingJob) -> None:
     """Copy a job's spans into the ledger before its rows are deleted."""
-    job = bill_queryset().filter(pk=job.pk).first()
-    if job is None:
+    found: TrainingJob | None = bill_queryset().filter(pk=job.pk).first()  # with what job_bill reads
+    if found is None:
         return
-    bill = job_bill(job)
+    bill = job_bill(found)
     UsageArchive.objects.bulk_create([
         UsageArchive(
-            owner_id=job.owner_id, kind=UsageKind.JOB, source_id=job.pk, name=job.name, plan=bill.plan,
-            server_type=job.server_type.name, gpus=span.gpus, started_at=span.start, ended_at=span.end,
+            owner_id=found.owner_id, kind=UsageKind.JOB, source_id=found.pk, name=found.name, plan=plan,
+            server_type=found.server_type.name, gpus=span.gpus, started_at=span.start, ended_at=span.end,
             lost_seconds=span.lost_seconds, price_per_gpu_hour=span.price_per_gpu_hour,
         )
-        for span in bill.spans
+        for plan, spans in bill.spans_by_plan() for span in spans
     ])
 
 

@@ -5,29 +5,18 @@ Plain functions over plain data; `validate_workspace` returns {field: message}.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
+from typing import Any
 
-from jobs.validation import MAX_NODES, SERVER_TYPE_MESSAGE, ServerTypeInfo, allocation_for
+from console.lib import validation as shared
+from jobs.validation import ServerTypeInfo, node_count_error
+from jobs.validation import allocation_errors as job_allocation_errors
 
-NAME_RE = re.compile(r"^[a-z0-9](?:[a-z0-9.-]*[a-z0-9])?$")
-NAME_CHARS_RE = re.compile(r"^[a-z0-9.-]*$")
 DUPLICATE_NAME_MESSAGE = "You already have a Training Workspace with this name."
-NODES_MESSAGE = f"Enter 1 to {MAX_NODES} nodes (distributed training from 2)."
 
 
 def name_error(name: str) -> str | None:
-    if not 1 <= len(name) <= 63:
-        return "Enter 1 to 63 characters."
-    if not NAME_CHARS_RE.fullmatch(name):
-        return "Use only lowercase letters, digits, '-' and '.'."
-    if not NAME_RE.fullmatch(name):
-        return "The name must start and end with a lowercase letter or digit."
-    return None
-
-
-def node_count_error(nodes: int | None) -> str | None:
-    return None if nodes is not None and 1 <= nodes <= MAX_NODES else NODES_MESSAGE
+    return shared.name_error(name, min_length=1)
 
 
 def contract_error(months: int | None, offered: Sequence[int]) -> str | None:
@@ -38,19 +27,12 @@ def contract_error(months: int | None, offered: Sequence[int]) -> str | None:
     return f"Choose a contract period: {listed} months." if names else "No contract period is offered; ask an administrator."
 
 
-def allocation_errors(data: Mapping, info: ServerTypeInfo | None) -> dict[str, str]:
-    if info is None:
-        return {"server_type": SERVER_TYPE_MESSAGE}
-    allocation = allocation_for(info, data.get("gpus_per_node") or 0)
-    if allocation is None:
-        offered = ", ".join(str(a.gpus) for a in info.allocations)
-        return {"gpus_per_node": f"Server type {info.name} offers {offered} GPUs per node."}
-    if data.get("memory_gb") is not None and data["memory_gb"] != allocation.memory_gb:
-        return {"memory_gb": f"{allocation.gpus} GPU(s) on {info.name} come with {allocation.memory_gb} GB of memory."}
-    return {}
+def allocation_errors(data: Mapping[str, Any], info: ServerTypeInfo | None) -> dict[str, str]:
+    """A job's rules for the server type, GPUs and memory; the memory may be left out."""
+    return job_allocation_errors(data, info, memory_required=False)[0]
 
 
-def validate_workspace(data: Mapping, server_types: Mapping[str, ServerTypeInfo], contract_months: Sequence[int]) -> dict[str, str]:
+def validate_workspace(data: Mapping[str, Any], server_types: Mapping[str, ServerTypeInfo], contract_months: Sequence[int]) -> dict[str, str]:
     """Every rule of a new workspace: name, allocation (server type, GPUs, memory), nodes, contract."""
     errors: dict[str, str] = {}
     checks = {

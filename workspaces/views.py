@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import Any
 
 from django.contrib import messages
 from django.db import IntegrityError
@@ -37,7 +38,7 @@ def workspace_list(request: HttpRequest) -> HttpResponse:
     return render(request, "workspaces/list.html", {"workspaces": workspaces})
 
 
-def pricing_data(form: WorkspaceForm) -> dict:
+def pricing_data(form: WorkspaceForm) -> dict[str, Any]:
     """What the creation page's summary needs to describe a choice and estimate its bill."""
     return {
         "server_types": {
@@ -67,7 +68,7 @@ def workspace_create(request: HttpRequest) -> HttpResponse:
     })
 
 
-def _node_rows(workspace: Workspace) -> list[dict]:
+def _node_rows(workspace: Workspace) -> list[dict[str, Any]]:
     rows = list(workspace.reservations.filter(released_at__isnull=True).select_related("node"))
     jobs: dict[int, set[str]] = {}
     holding = Placement.objects.filter(node_id__in=[r.node_id for r in rows], state__in=HOLDING_STATES)

@@ -1,7 +1,7 @@
 """The warm pool's entries (workspaces.warm_pool) read from the database.
 
 An entry is a node where the agent keeps a prepared environment after one of its owner's jobs
-ended there. Node-wide and independent of the GPUs' warm hold (jobs.capacity): when another
+ended there. Node-wide and independent of the GPUs' warm hold (jobs.scheduling.capacity): when another
 job takes the GPUs, the files stay on the node for the keep-alive and the owner's next job
 can still start warm there on other free GPUs.
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db.models import F, Q, Value
@@ -60,7 +61,7 @@ def warm_entries(since: timedelta, owners: Iterable[int] | None = None, now: dat
     )
 
 
-def hold_lines(job, now: datetime | None = None) -> list[str]:
+def hold_lines(job: Any, now: datetime | None = None) -> list[str]:
     """What became of the warm hold on the GPUs the job's last attempt used (the job page)."""
     if job.status not in TERMINAL_STATUSES:
         return []

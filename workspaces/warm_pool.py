@@ -3,7 +3,7 @@
 Plain data in, decisions out (no Django, no database). A node is *warm* for a user after one
 of that user's jobs ended on it, for that job's keep-alive: the node agent kept the prepared
 environment (image, training script and data) keyed by (user, image, script URL). While warm,
-the GPUs it used are held warm for that user (jobs.capacity) — a cache, not a reservation: a job
+the GPUs it used are held warm for that user (jobs.scheduling.capacity) — a cache, not a reservation: a job
 of anyone that would otherwise wait takes them. A following job of the same user with a
 compatible configuration (same server type, image and script; its node count fitting) prefers
 those nodes and skips the preparation step.

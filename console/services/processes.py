@@ -9,6 +9,13 @@ from pathlib import Path
 
 from nodeagent.protocol_checks import MAX_MESSAGE_BYTES
 
+# what only the console's processes hold (also as NAME_FILE): node agents run strangers' jobs and
+# never get them. The object storage reaches an agent from the console (S3_ENDPOINT_URL goes
+# too: with it in its environment an agent would look for keys there as well)
+CONSOLE_ONLY = frozenset({
+    "DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL", "SECRET_KEY", "FIELD_ENCRYPTION_KEY",
+    "S3_ENDPOINT_URL", "S3_ACCESS_KEY", "S3_SECRET_KEY",
+})
 # a fleet reconnecting at once (after a console restart) must not time out in the handshake
 CONNECT_TIMEOUT_SECONDS = 30
 # the queues a worker serves: the watchdog's own queue keeps node liveness and failover
@@ -61,3 +68,9 @@ def console_commands(port: int | str, count: int = 1) -> tuple[list[tuple[str, l
         return [("daphne", daphne_command(port))], None
     sock = listening_socket(port)
     return [(f"daphne-{i + 1}", daphne_command(port, fd=sock.fileno())) for i in range(count)], sock
+
+
+def agent_environment(env: dict[str, str]) -> dict[str, str]:
+    """`env` without what only the console's processes may hold (CONSOLE_ONLY, and NAME_FILE):
+    the environment `make run` and the end-to-end tests start node agents with."""
+    return {name: value for name, value in env.items() if name.removesuffix("_FILE") not in CONSOLE_ONLY}

@@ -101,6 +101,14 @@ def test_no_database_url_means_the_private_postgresql_of_make_run():
     )
 
 
+def test_no_database_url_beside_make_run_takes_its_private_postgresqls_password(tmp_path):
+    """`manage.py` run by hand next to `make run` (whose PostgreSQL requires the password)."""
+    (tmp_path / ".run" / "postgres").mkdir(parents=True)
+    (tmp_path / ".run" / "postgres" / "password").write_text("pw-of-make-run\n")
+    config = database_from_url("", tmp_path)
+    assert (config["USER"], config["PASSWORD"]) == ("postgres", "pw-of-make-run")
+
+
 @pytest.mark.parametrize("url", ["sqlite:////var/lib/console/db.sqlite3", "sqlite:///console.db"])
 def test_sqlite_is_refused_with_what_to_do_instead(url):
     with pytest.raises(ImproperlyConfigured, match="SQLite is not supported.*make run"):

@@ -21,7 +21,8 @@ def test_a_missing_page_is_in_the_consoles_layout_with_a_way_back(alice_client):
     assert response.status_code == 404
     assert 'class="topbar"' in html and "Page not found" in html and "<code>/jobs/99999/</code>" in html
     assert all(link in html for link in WAY_BACK)
-    assert 'class="who">alice</span>' in html  # the layout knows who is logged in
+    # the layout knows who is logged in, and the name leads to their account page
+    assert '<a class="who" href="/account/" title="Your account: storage space and keys">alice</a>' in html
 
 
 def test_a_non_staff_user_opening_nodes_is_told_it_is_for_staff(alice_client):

@@ -3,7 +3,7 @@
 from django.db import migrations, models
 
 # constants only (no models): what the rows hold when created
-from jobs.environment_seeds import ENVIRONMENTS
+from jobs.environments.seeds import ENVIRONMENTS
 
 
 def seed_environments(apps, schema_editor):

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from django.db import models
 
+from console.lib.choices import TextChoices
 
-class PlacementState(models.TextChoices):
+
+class PlacementState(TextChoices):
     ASSIGNED = "assigned"
     PREPARING = "preparing"
     RUNNING = "running"
@@ -19,10 +21,12 @@ class PlacementState(models.TextChoices):
 HOLDING_STATES = (PlacementState.ASSIGNED, PlacementState.PREPARING, PlacementState.RUNNING)
 
 
-class AttemptKind(models.TextChoices):
+class AttemptKind(TextChoices):
     INITIAL = "initial"
     FAILOVER = "failover"  # placed again after a hardware fault or a lost node
     SPOT_RESUME = "spot_resume"  # placed again after a spot interruption
+    # placed on on-demand capacity: spot capacity did not return within the job's fallback budget
+    ON_DEMAND_FALLBACK = "fallback", "On-demand fallback"
 
 
 class JobAttempt(models.Model):
@@ -33,19 +37,41 @@ class JobAttempt(models.Model):
     master_addr = models.CharField(max_length=255)
     master_port = models.PositiveIntegerField()
     resume_step = models.IntegerField(null=True, blank=True)
+    # placed on on-demand capacity after a spot job's fallback: billed at the on-demand price
+    on_demand = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
     running_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
     # when its job left Creating/Running: from then on its placements hold GPUs only for the
-    # stop grace (jobs.capacity)
+    # stop grace (jobs.scheduling.capacity)
     stop_requested_at = models.DateTimeField(null=True, blank=True)
     cause = models.CharField(max_length=500, blank=True, help_text="Why this attempt ended")
+    # what ended it, for the time-lost breakdown (jobs.recovery.goodput): when the fault happened as well as
+    # the console knows (a node's last beat or closed connection, a GPU's event, the exit), whose
+    # fault it was ("platform" or "user") and on which node
+    fault_at = models.DateTimeField(null=True, blank=True)
+    fault_by = models.CharField(max_length=8, blank=True)
+    fault_node = models.CharField(max_length=63, blank=True)
+    # when the checkpoint it resumed from became durable (the steps after it were redone)
+    resume_checkpoint_at = models.DateTimeField(null=True, blank=True)
     # seconds of training redone or waited for because of how the previous attempt ended
     lost_seconds = models.FloatField(default=0)
+    # the attempt's own object-storage identity job-<job id>-a<number> (jobs.storage.credentials):
+    # its key, its secret (a Fernet token, console.lib.crypto), and when it was revoked; no key: none
+    # was minted (no object storage, or an attempt older than tenant storage)
+    storage_access_key = models.CharField(max_length=32, blank=True)
+    storage_secret_encrypted = models.TextField(blank=True)
+    storage_revoked_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["job", "number"]
         constraints = [models.UniqueConstraint(fields=["job", "number"], name="unique_attempt_number")]
+        indexes = [
+            # the credential sweep (jobs.storage.credentials.sweep) reads only the attempts whose
+            # keys still work: a few, however many attempts there ever were
+            models.Index(fields=["id"], name="attempt_live_keys_idx",
+                         condition=models.Q(storage_revoked_at__isnull=True) & ~models.Q(storage_access_key="")),
+        ]
 
     def __str__(self) -> str:
         return f"{self.job_id}#{self.number}"
@@ -69,7 +95,7 @@ class Placement(models.Model):
     output_url = models.CharField(max_length=1024, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
-    # the warm hold on its GPUs after it ended (jobs.capacity): released early when another job
+    # the warm hold on its GPUs after it ended (jobs.scheduling.capacity): released early when another job
     # took them, and for what
     warm_released_at = models.DateTimeField(null=True, blank=True)
     warm_released_for = models.CharField(max_length=200, blank=True)

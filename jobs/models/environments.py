@@ -6,7 +6,7 @@ from django.core.exceptions import ValidationError
 from django.db import models
 
 from ..choices import Framework
-from ..requirements_list import parse_requirements, summary
+from ..environments.requirements import parse_requirements, summary
 
 
 class TrainingEnvironment(models.Model):

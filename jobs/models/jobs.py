@@ -8,11 +8,11 @@ from django.conf import settings
 from django.db import models
 from django.urls import reverse
 
-from console import crypto
-from console.history import StatusChange
+from console.lib import crypto
+from console.lib.history import StatusChange
 
-from ..catalogue import Allocation, allocations
 from ..choices import FRAMEWORK_VERSIONS, Framework, JobStatus, LearningType
+from ..scheduling.catalogue import Allocation, allocations
 from ..validation import ServerTypeInfo
 
 
@@ -68,6 +68,10 @@ class ServerType(models.Model):
         return self.on_demand_price_per_gpu_hour
 
 
+# a job created from another job's checkpoint whose copy is not made yet: no scheduler places it
+AWAITING_CHECKPOINT_COPY = models.Q(from_checkpoint_step__isnull=False, checkpoint_step__isnull=True)
+
+
 class TrainingJob(models.Model):
     # no index of its own: the owner's name and status indexes below lead with it, and every
     # index is one more write on each status change (hundreds a second from a fleet)
@@ -78,6 +82,13 @@ class TrainingJob(models.Model):
     framework = models.CharField(max_length=16, choices=Framework.choices, default=Framework.PYTORCH)
     framework_version = models.CharField(max_length=16, default=FRAMEWORK_VERSIONS[Framework.PYTORCH][0])
     failover_enabled = models.BooleanField(default=False)
+    # spot only: interrupted and not resumed within this many minutes, the job resumes on on-demand
+    # capacity (billed at the on-demand price from then on); None waits for spot capacity forever
+    spot_fallback_after_minutes = models.PositiveIntegerField(null=True, blank=True)
+    # when the fallback budget ran out: from then on the job is placed, kept and billed as on-demand
+    on_demand_since = models.DateTimeField(null=True, blank=True)
+    # the on-demand price per GPU-hour when it fell back (a later price change does not alter it)
+    on_demand_price_per_gpu_hour = models.DecimalField(max_digits=10, decimal_places=4, null=True, blank=True)
     server_type = models.ForeignKey(ServerType, on_delete=models.PROTECT, related_name="jobs")
     gpus_per_node = models.PositiveSmallIntegerField()
     memory_gb = models.PositiveIntegerField()
@@ -85,11 +96,20 @@ class TrainingJob(models.Model):
     shm_size_gb = models.PositiveIntegerField(default=64)
     image_url = models.CharField(max_length=255)
     registry_username = models.CharField(max_length=128, blank=True)
-    # Fernet token (console.crypto); never rendered or serialised
+    # Fernet token (console.lib.crypto); never rendered or serialised
     registry_password_encrypted = models.TextField(blank=True)
     volume_mount_path = models.CharField(max_length=255, blank=True)
     script_url = models.CharField(max_length=1024, blank=True)
     command = models.TextField()
+    # the user's project (s3://<owner bucket>/workdirs/<sha256>.tar.gz): the command's working directory
+    workdir_url = models.CharField(max_length=1024, blank=True)
+    # data synced onto each node before the command starts: [{"name": NAME, "url": s3://...}]
+    inputs = models.JSONField(default=list, blank=True)
+    # the job whose newest durable checkpoint was copied into this one's before its first attempt
+    from_checkpoint = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    # that job's step this one starts from; until the copy is made (checkpoint_step still None)
+    # the job waits outside the scheduler's queue (AWAITING_CHECKPOINT_COPY)
+    from_checkpoint_step = models.IntegerField(null=True, blank=True)
     status = models.CharField(max_length=40, choices=JobStatus.choices, default=JobStatus.PENDING)
     status_reason = models.CharField(max_length=500, blank=True)
     # number of the attempt that may run now; messages of any other attempt are fenced off
@@ -102,6 +122,8 @@ class TrainingJob(models.Model):
     checkpoint_at = models.DateTimeField(null=True, blank=True)
     # warm pool: how long the nodes stay warm after the job ends, and how this job started
     keep_alive_minutes = models.PositiveSmallIntegerField(default=10)
+    # Slurm-served server types: --time; None for the cluster's default (jobs.slurm.request)
+    time_limit_minutes = models.PositiveIntegerField(null=True, blank=True)
     started_warm = models.BooleanField(null=True, blank=True, help_text="None until placed")
     warm_note = models.CharField(max_length=300, blank=True, help_text="Why it started warm, or why not")
     # a job in a Training Workspace runs only on the workspace's reserved nodes (workspaces.scheduler)
@@ -128,6 +150,11 @@ class TrainingJob(models.Model):
 
     def get_absolute_url(self) -> str:
         return reverse("jobs:detail", args=[self.pk])
+
+    @property
+    def runs_as_spot(self) -> bool:
+        """Placed and preempted as a spot job: spot, and not fallen back to on-demand capacity."""
+        return self.learning_type == LearningType.SPOT and self.on_demand_since is None
 
     @property
     def total_gpus(self) -> int:

@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.permissions import IsAdminUser
+from rest_framework.request import Request
 from rest_framework.response import Response
 
 from nodeagent.protocol import FAULT_KINDS
 from nodeagent.protocol_checks import MAX_INT, MAX_SMALLINT
 
-from ..capacity import GpuState, GpuUse, NodeLedger
-from ..capacity_load import load_ledger
 from ..models import Node
-from . import registry
+from ..scheduling.capacity import GpuState, GpuUse, NodeLedger
+from ..scheduling.capacity_load import load_ledger
+from . import hardware
 
 
 class GpuSerializer(serializers.Serializer):
@@ -50,7 +53,7 @@ class NodeSerializer(serializers.ModelSerializer):
         return node.status(busy=bool(ledger and ledger.busy))
 
     @extend_schema_field(GpuSerializer(many=True))
-    def get_gpus(self, node: Node) -> list[dict]:
+    def get_gpus(self, node: Node) -> list[dict[str, Any]]:
         ledger = self._ledger(node)
         return [
             {"index": g.index, "model": g.model, "memory_gb": g.memory_gb, "healthy": g.healthy,
@@ -59,7 +62,7 @@ class NodeSerializer(serializers.ModelSerializer):
         ]
 
 
-def holder(state: GpuState | None) -> dict:
+def holder(state: GpuState | None) -> dict[str, Any]:
     """Who holds a GPU, as the capacity ledger says (the same as the scheduler reads)."""
     if state is None or state.hold is None:
         return {"held_by": state.use.value if state else GpuUse.FREE.value, "job_id": None, "job_name": None, "until": None}
@@ -76,7 +79,7 @@ class FaultRequest(serializers.Serializer):
     xid = serializers.IntegerField(min_value=1, max_value=MAX_INT, required=False, allow_null=True, default=None)
     detail = serializers.CharField(required=False, allow_blank=True, default="", max_length=200)
 
-    def validate(self, attrs: dict) -> dict:
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if attrs["kind"] == "xid" and attrs["xid"] is None:
             raise serializers.ValidationError({"xid": "An XID fault needs its XID number, e.g. 79."})
         return attrs
@@ -96,26 +99,26 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
     permission_classes = [IsAdminUser]
     queryset = Node.objects.select_related("server_type").prefetch_related("gpus")
 
-    def get_serializer_context(self) -> dict:
+    def get_serializer_context(self) -> dict[str, Any]:
         return {**super().get_serializer_context(), "ledger": load_ledger()}
 
     @extend_schema(responses={202: FaultSent, 409: Detail})
     @action(detail=True, methods=["post"], url_path="inject-fault", serializer_class=FaultRequest)
-    def inject_fault(self, request, pk=None):
+    def inject_fault(self, request: Request, pk: str | None = None) -> Response:
         """Make a simulated GPU of this node fail (XID, ECC, row remap, NVLink, GPU lost, …)."""
         node = self.get_object()
         fault = FaultRequest(data=request.data)
         fault.is_valid(raise_exception=True)
         if not node.connected:
             return Response({"detail": f"node {node.name} is not connected"}, status=status.HTTP_409_CONFLICT)
-        registry.inject_fault(node.pk, **fault.validated_data)
+        hardware.inject_fault(node.pk, **fault.validated_data)
         return Response({"detail": f"fault sent to node {node.name}", "fault": fault.validated_data},
                         status=status.HTTP_202_ACCEPTED)
 
     @extend_schema(request=None, responses={200: Detail})
     @action(detail=True, methods=["post"], url_path="reclaim", serializer_class=serializers.Serializer)
-    def reclaim(self, request, pk=None):
+    def reclaim(self, request: Request, pk: str | None = None) -> Response:
         """Take the node back from spot jobs: they pause (with their checkpoint) and resume elsewhere later."""
         node = self.get_object()
-        count = registry.reclaim_from_spot(node.pk, f"node {node.name} reclaimed by {request.user.username}")
+        count = hardware.reclaim_from_spot(node.pk, f"node {node.name} reclaimed by {request.user.username}")
         return Response({"detail": f"{count} spot job(s) interrupted on {node.name}"})

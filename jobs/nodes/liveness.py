@@ -12,19 +12,23 @@ live nodes a whole beat of slack. Only a console that reads heartbeats later tha
 from __future__ import annotations
 
 # how late a watchdog run may declare after its tick: in 5,000-job drains on two cores its runs
-# started up to 0.8 s late and took up to 0.8 s (benchmarks/fleet.py)
+# started up to 0.8 s late and took up to 0.8 s (benchmarks/fleet/)
 WATCHDOG_LATENESS = 1.5
+# the most a console reading late gives every node on top of its limit: a dead node is declared
+# however far behind the console is. Not "another grace": with a 10 s grace that was 10 s, and a
+# console on a starved machine reading beats 15 s late declared its live fleet Lost
+MAX_LATENESS_ALLOWANCE = 60.0
 
 
 def silence_limit(grace: float, watch: float, beat: float, read_lag: float) -> float:
     """Seconds since a node's newest heartbeat was sent after which the watchdog declares it Lost.
 
     `read_lag` is how late the console has lately stored heartbeats (sent → written, seconds).
-    The allowance for it is at most another grace: a dead node is declared, however late the
-    console reads."""
+    The allowance for it is at most another grace or MAX_LATENESS_ALLOWANCE, whichever is more:
+    a dead node is declared, however late the console reads."""
     limit = grace - watch - WATCHDOG_LATENESS
     slack = limit - 2 * beat  # a live node's newest beat is at most `beat + read_lag` old
-    allowance = min(max(0.0, read_lag - slack), grace)
+    allowance = min(max(0.0, read_lag - slack), max(grace, MAX_LATENESS_ALLOWANCE))
     return limit + allowance
 
 

@@ -61,8 +61,15 @@ class Node(models.Model):
     cordon_reason = models.CharField(max_length=500, blank=True)
     # grows with every accepted hello: only the newest connection of a node may act for it
     session = models.PositiveBigIntegerField(default=0)
-    # when the agent sent its newest processed heartbeat, on the console's clock (jobs.heartbeats)
+    # SHA-256 of the current session's resume secret (the welcome's `resume`): while the node's
+    # connection is alive, only a hello presenting it may open a new session (jobs.nodes.registry)
+    resume_hash = models.CharField(max_length=64, blank=True, default="", editable=False)
+    # when the agent sent its newest processed heartbeat, on the console's clock (jobs.channel.heartbeats)
     last_sent_at = models.DateTimeField(null=True, blank=True)
+    # when its agent's connection closed without the console asking (the agent process ended,
+    # or its machine reset the connection), as confirmed by the console process that saw it
+    # live on (jobs.channel.heartbeats): evidence of death the watchdog acts on within seconds
+    closed_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

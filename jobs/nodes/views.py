@@ -7,14 +7,14 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from console.permissions import staff_only
+from console.lib.permissions import staff_only
 from nodeagent.protocol import FAULT_KINDS
 
 from .. import actions
-from ..capacity_load import load_ledger
 from ..models import Node, Placement
 from ..models.attempts import HOLDING_STATES
-from . import registry
+from ..scheduling.capacity_load import load_ledger
+from . import hardware
 
 
 @staff_only
@@ -61,7 +61,7 @@ def node_inject_fault(request: HttpRequest, pk: int) -> HttpResponse:
     gpu = request.POST.get("gpu_index", "")
     xid = request.POST.get("xid", "")
     try:
-        registry.inject_fault(node.pk, request.POST.get("kind", ""), int(gpu) if gpu.isdigit() else None,
+        hardware.inject_fault(node.pk, request.POST.get("kind", ""), int(gpu) if gpu.isdigit() else None,
                            int(xid) if xid.isdigit() else None, "injected from the node page")
         messages.success(request, f"Fault sent to {node.name}.")
     except ValueError as exc:
@@ -73,6 +73,6 @@ def node_inject_fault(request: HttpRequest, pk: int) -> HttpResponse:
 @require_POST
 def node_reclaim(request: HttpRequest, pk: int) -> HttpResponse:
     node = get_object_or_404(Node, pk=pk)
-    count = registry.reclaim_from_spot(node.pk, f"node {node.name} reclaimed by {request.user.username}")
+    count = hardware.reclaim_from_spot(node.pk, f"node {node.name} reclaimed by {request.user.username}")
     messages.success(request, f"{count} spot job(s) interrupted; {node.name} is cordoned.")
     return redirect("nodes:detail", pk=node.pk)

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
-from django.utils import timezone
+from django.db import transaction
+from django.db.models import QuerySet
+from django.http import HttpRequest
 
+from .backend import request_pass
 from .batch_script import launcher_words
 from .client import SlurmError
-from .models import SlurmCluster, SlurmJob, SlurmRun, decode_key
+from .models import SlurmAccount, SlurmCluster, SlurmJob, SlurmRun, check_cluster, decode_key
 
 
 class SlurmClusterForm(forms.ModelForm):
@@ -30,8 +35,9 @@ class SlurmClusterForm(forms.ModelForm):
         model = SlurmCluster
         fields = [
             "name", "server_type", "enabled", "rest_url", "api_version", "user_name", "on_demand_partition",
-            "spot_partition", "gpus_per_node", "console_url", "launcher", "work_dir", "jobcomp_path",
-            "stop_grace_seconds", "gpu_metrics", "metrics_interval_seconds",
+            "spot_partition", "gpus_per_node", "gpu_type", "constraint", "qos", "spot_qos", "default_account",
+            "default_time_limit_minutes", "max_time_limit_minutes", "extra_sbatch_options", "console_url", "launcher",
+            "work_dir", "jobcomp_path", "accounting", "stop_grace_seconds", "gpu_metrics", "metrics_interval_seconds",
         ]
 
     def clean_launcher(self) -> str:
@@ -62,13 +68,23 @@ class SlurmRunInline(admin.TabularInline):
     fields = ["restart_count", "attempt", "nodes", "started_at", "ended_at", "state", "exit_code", "exit_signal"]
     readonly_fields = fields
 
-    def has_add_permission(self, request, obj=None) -> bool:
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+
+class SlurmAccountInline(admin.TabularInline):
+    """Console users and teams → Slurm accounts (and per-user Unix users) on this cluster."""
+
+    model = SlurmAccount
+    extra = 0
+    fields = ["user", "team", "account", "unix_user"]
+    autocomplete_fields = ["user", "team"]
 
 
 @admin.register(SlurmCluster)
 class SlurmClusterAdmin(admin.ModelAdmin):
     form = SlurmClusterForm
+    inlines = [SlurmAccountInline]
     list_display = ["name", "server_type", "enabled", "rest_url", "api_version", "user_name", "on_demand_partition",
                     "spot_partition", "gpus_per_node", "slurm_version", "last_checked_at", "last_error"]
     list_filter = ["enabled", "api_version"]
@@ -77,38 +93,43 @@ class SlurmClusterAdmin(admin.ModelAdmin):
     actions = ["check_connection"]
 
     @admin.action(description="Check the connection (ping, token, partitions)")
-    def check_connection(self, request, queryset) -> None:
+    def check_connection(self, request: HttpRequest, queryset: QuerySet[SlurmCluster]) -> None:
         for cluster in queryset:
-            try:
-                client = cluster.client(timeout=5)
-                version = client.ping()
-                partitions = set(client.partitions())
-            except (SlurmError, ValueError) as exc:
-                SlurmCluster.objects.filter(pk=cluster.pk).update(last_checked_at=timezone.now(), last_error=str(exc)[:500])
-                self.message_user(request, f"{cluster.name}: {exc}", messages.ERROR)
-                continue
-            missing = [p for p in (cluster.on_demand_partition, cluster.spot_partition) if p not in partitions]
-            error = f"no partition {', '.join(missing)} (Slurm has {', '.join(sorted(partitions))})" if missing else ""
-            SlurmCluster.objects.filter(pk=cluster.pk).update(slurm_version=version, last_checked_at=timezone.now(), last_error=error)
-            if error:
-                self.message_user(request, f"{cluster.name}: Slurm {version} answers, but there is {error}", messages.ERROR)
-            else:
-                self.message_user(request, f"{cluster.name}: Slurm {version} answers; partitions found", messages.SUCCESS)
+            ok, message = check_cluster(cluster)
+            self.message_user(request, f"{cluster.name}: {message}", messages.SUCCESS if ok else messages.ERROR)
 
 
 @admin.register(SlurmJob)
 class SlurmJobAdmin(admin.ModelAdmin):
     """Read-only: the poll (jobs.slurm.sync) writes these rows."""
 
-    list_display = ["training_job_id", "job", "cluster", "slurm_job_id", "state", "reason", "restart_count",
-                    "submitted_at", "cancel_sent_at", "finished_at"]
+    list_display = ["training_job_id", "job", "cluster", "slurm_job_id", "state", "reason", "account", "run_as",
+                    "restart_count", "submitted_at", "cancel_sent_at", "finished_at", "elapsed_seconds", "allocated_tres"]
     list_filter = ["cluster", "state"]
     search_fields = ["slurm_job_id", "training_job_id", "job__name"]
     list_select_related = ["job", "cluster"]
     inlines = [SlurmRunInline]
+    actions = ["release_held"]
 
-    def has_add_permission(self, request) -> bool:
+    @admin.action(description="Release held jobs in Slurm (scontrol release)")
+    def release_held(self, request: HttpRequest, queryset: QuerySet[SlurmJob]) -> None:
+        """A job Slurm holds (an admin or user hold, "launch failed requeued held") never starts by
+        itself; check the node first when its launch failed. Needs a token Slurm lets release holds:
+        the service user must be SlurmUser, root or a Slurm operator for an admin hold."""
+        for slurm_job in queryset.select_related("cluster"):
+            if slurm_job.slurm_job_id is None or slurm_job.finished_at is not None:
+                self.message_user(request, f"{slurm_job}: not queued in Slurm", messages.WARNING)
+                continue
+            try:
+                slurm_job.cluster.client(timeout=5).release(slurm_job.slurm_job_id)
+            except SlurmError as exc:
+                self.message_user(request, f"{slurm_job}: Slurm did not release it: {exc}", messages.ERROR)
+                continue
+            self.message_user(request, f"{slurm_job}: released; Slurm schedules it again", messages.SUCCESS)
+            transaction.on_commit(request_pass)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
-    def has_change_permission(self, request, obj=None) -> bool:
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False

@@ -8,7 +8,7 @@ class SlurmConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from jobs import policy
+        from jobs.scheduling import policy
 
         from .backend import SlurmBackend
 

@@ -1,4 +1,4 @@
-"""The scheduler's hook (jobs.policy.Backend): Slurm-served jobs are not placed on agents;
+"""The scheduler's hook (jobs.scheduling.policy.Backend): Slurm-served jobs are not placed on agents;
 they are submitted to their cluster by the Slurm pass (jobs.slurm.tasks.sync_slurm)."""
 
 from __future__ import annotations
@@ -6,7 +6,6 @@ from __future__ import annotations
 import logging
 
 from celery import current_app
-from django.db import transaction
 from django.db.models import QuerySet
 
 log = logging.getLogger(__name__)
@@ -18,12 +17,14 @@ class SlurmBackend:
         return waiting.filter(server_type__slurm_cluster__isnull=True)
 
     def notify(self, waiting: QuerySet) -> None:
-        """If any waiting job belongs to a Slurm cluster, run the Slurm pass once this transaction commits."""
+        """If any waiting job belongs to a Slurm cluster, run the Slurm pass now: the jobs it submits
+        are committed already, and this run never writes them (it places the agents' jobs only), so
+        they need not wait for the rest of the run."""
         if waiting.filter(server_type__slurm_cluster__enabled=True).exists():
-            transaction.on_commit(_request_pass)
+            request_pass()
 
 
-def _request_pass() -> None:
+def request_pass() -> None:
     try:  # by name (no import of the tasks); the beat tick makes up for a request the broker did not take
         current_app.send_task("jobs.slurm.tasks.sync_slurm")
     except Exception:

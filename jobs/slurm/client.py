@@ -14,9 +14,10 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from .adapters import SlurmJobView, adapter_for
+from .adapters import AccountingView, SlurmJobView, adapter_for
 
 DEFAULT_TIMEOUT = 10.0
 INVALID_JOB_ID = 2017  # slurm_load_job: "Invalid job id specified"
@@ -33,6 +34,15 @@ class SlurmUnreachable(SlurmError):
 
 class SlurmAuthError(SlurmError):
     pass
+
+
+@dataclass(frozen=True)
+class Submission:
+    """Slurm took the job: its id, and what slurmctld said along with it (e.g. "Required node not
+    available (down, drained or reserved)" for a job it queued until a drained node resumes)."""
+
+    job_id: int
+    warnings: tuple[str, ...] = ()
 
 
 class SlurmRefused(SlurmError):
@@ -65,8 +75,8 @@ class SlurmClient:
 
     # -- transport -----------------------------------------------------------------------------
     def _request(self, method: str, path: str, body: dict[str, Any] | None = None,
-                 query: dict[str, str] | None = None) -> dict[str, Any]:
-        url = f"{self.url}{self.adapter.prefix}{path}"
+                 query: dict[str, str] | None = None, prefix: str | None = None) -> dict[str, Any]:
+        url = f"{self.url}{self.adapter.prefix if prefix is None else prefix}{path}"
         if query:
             url += "?" + urllib.parse.urlencode(query)
         data = json.dumps(body).encode() if body is not None else None
@@ -98,7 +108,7 @@ class SlurmClient:
         errors = _errors(body)
         if not errors:
             return body
-        codes = tuple(int(e.get("error_number") or 0) for e in errors)
+        codes = tuple(int(e.get("error_number") or e.get("error_code") or 0) for e in errors)
         if reading and set(codes) == {UNSPECIFIED}:
             # slurmrestd passes the token on; slurmctld's refusal reaches us only as this
             raise SlurmAuthError(f"slurmrestd at {self.url}: {_describe(errors)}: slurmctld does not accept the "
@@ -115,11 +125,21 @@ class SlurmClient:
         meta = body.get("meta") or {}
         return str((meta.get("Slurm") or meta.get("slurm") or {}).get("release") or "unknown")
 
-    def submit(self, script: str, properties: dict[str, Any]) -> int:
-        body = self._checked(self._request("POST", "/job/submit", self.adapter.submit_body(script, properties)))
-        if not body.get("job_id"):
-            raise SlurmRefused("slurmrestd accepted the submission but named no job id")
-        return int(body["job_id"])
+    def submit(self, script: str, properties: dict[str, Any]) -> Submission:
+        """Slurm queued the job whenever it names a job id, even with `errors` beside it (slurmctld
+        reports ESLURM_NODES_BUSY, a drained node or a hold that way, and the job waits); without
+        an id it refused the job, and SlurmRefused carries its words."""
+        body = self._request("POST", "/job/submit", self.adapter.submit_body(script, properties))
+        errors = _errors(body)
+        if body.get("job_id"):
+            return Submission(int(body["job_id"]), tuple(_describe([e]) for e in errors))
+        if errors:
+            self._checked(body)
+        raise SlurmRefused("slurmrestd accepted the submission but named no job id")
+
+    def release(self, job_id: int) -> None:
+        """scontrol release: lift a hold (an admin hold needs an operator's or SlurmUser's token)."""
+        self._checked(self._request("POST", f"/job/{int(job_id)}", {"hold": False}))
 
     def jobs(self) -> list[SlurmJobView]:
         """Every job slurmctld still remembers (it forgets ended jobs after MinJobAge)."""
@@ -146,6 +166,17 @@ class SlurmClient:
             if _unknown_job(refused) or "already completed" in str(refused).lower():
                 return
             raise
+
+    def accounting(self, job_id: int) -> AccountingView | None:
+        """slurmdbd's record of the job (sacct), or None while it has none."""
+        try:
+            body = self._checked(self._request("GET", f"/job/{int(job_id)}", prefix=self.adapter.db_prefix), reading=True)
+        except SlurmRefused as refused:
+            if _unknown_job(refused) or "not found" in str(refused).lower():
+                return None
+            raise
+        jobs = body.get("jobs") or []
+        return self.adapter.parse_accounting(jobs[-1]) if jobs else None
 
     def node_address(self, name: str) -> str | None:
         """Where other nodes reach `name` (its NodeAddr), or None."""

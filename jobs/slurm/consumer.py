@@ -1,7 +1,7 @@
 """The console's end of the step launchers' WebSocket (nodeagent.slurm_protocol).
 
 The agent protocol (nodeagent.protocol) with a narrower credential: the token of one run of one
-Slurm job. Each message is checked like an agent's (jobs.agent_socket). After `hello` names a
+Slurm job. Each message is checked like an agent's (jobs.channel.socket). After `hello` names a
 node of the run's allocation, the connection may write only that job, that attempt and that
 node's role: anything else is refused, acknowledged and kept for staff.
 """
@@ -17,10 +17,9 @@ from nodeagent import protocol
 from nodeagent.protocol import stream_role
 
 from .. import lifecycle
-from ..agent_db import agent_db
-from ..agent_socket import ProtocolConsumer, bearer_token
-from ..agent_writes import RefusedWrite
-from ..nodes import registry
+from ..channel.db import agent_db
+from ..channel.socket import ProtocolConsumer, bearer_token
+from ..channel.writes import RefusedWrite
 from . import runs, steps
 
 log = logging.getLogger(__name__)
@@ -106,7 +105,6 @@ class SlurmStepConsumer(ProtocolConsumer):
         self.sender = f"slurm node {name} (job {self.run.attempt.job_id})"
         await self.send_json(protocol.Welcome(
             type="welcome", node_id=0, heartbeat_interval=float(settings.NODE_HEARTBEAT_SECONDS),
-            object_storage=await agent_db(registry.object_storage_settings)(),
         ))
         await self._send_desired()
 

@@ -8,6 +8,7 @@ submitted, Slurm may start it at any moment, and two jobs must not both slip und
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from workspaces.admission import limits_for, usage_for
 from workspaces.quotas import JobAsk, Limits, Usage, scheduling_block
@@ -16,7 +17,7 @@ from ..choices import WAITING_STATUSES
 from ..models import TrainingJob
 
 
-def _submitted_waiting(owner) -> tuple[int, int]:
+def _submitted_waiting(owner: Any) -> tuple[int, int]:
     """(jobs, GPUs) of the owner's jobs that Slurm holds queued (submitted, not yet running)."""
     jobs = TrainingJob.objects.filter(owner=owner, status__in=WAITING_STATUSES, slurm__slurm_job_id__isnull=False,
                                       slurm__finished_at__isnull=True, workspace__isnull=True)

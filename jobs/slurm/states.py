@@ -27,7 +27,7 @@ FAILURE_STATES = frozenset({
 FINAL_STATES = FAILURE_STATES | {"COMPLETED"}
 ALL_STATES = WAITING_STATES | STARTING_STATES | RUNNING_STATES | ENDING_STATES | FINAL_STATES
 
-MAX_FAILOVERS = 3  # as jobs.failover: the 4th interruption gives Pending - maxretriesexceeded
+MAX_FAILOVERS = 3  # as jobs.recovery.failover: the 4th interruption gives Pending - maxretriesexceeded
 
 
 @dataclass(frozen=True)
@@ -43,20 +43,20 @@ _WAITING: dict[str, str] = {
     "Priority": "queued behind jobs of higher priority in partition {partition}",
     "Resources": "waiting for resources: {nodes} × {gpus} are not free yet in partition {partition}",
     "Nodes required for job are DOWN, DRAINED or reserved for jobs in higher priority partitions":
-        "waiting for nodes of partition {partition}: they are down, drained or reserved for higher-priority partitions",
-    "ReqNodeNotAvail": "waiting for nodes of partition {partition}: the ones it could use are down, drained or reserved",
+        "waiting for nodes of partition {partition}: some are down, drained for maintenance or reserved for "
+        "higher-priority partitions; it starts when enough of them are back",
+    "ReqNodeNotAvail": "waiting for nodes of partition {partition}: the ones it could use are down, drained for "
+                       "maintenance or reserved; it starts when they are back",
     "BeginTime": "requeued; Slurm lets it start again after its requeue delay",
     "Dependency": "waiting for the jobs it depends on",
-    "DependencyNeverSatisfied": "held: a job it depends on can never finish as required",
-    "JobHeldAdmin": "held by a Slurm administrator (scontrol release lets it go)",
-    "JobHeldUser": "held in Slurm by its submitter (scontrol release lets it go)",
-    "launch failed requeued held": "held by Slurm after its batch script failed to launch (an operator must "
-                                   "check the node, then scontrol release it)",
-    "PartitionDown": "partition {partition} is down",
+    "DependencyNeverSatisfied": "a job it depends on can never finish as required",
+    "PartitionDown": "partition {partition} is down; it starts when an operator brings it up",
     "PartitionInactive": "partition {partition} is inactive",
-    "PartitionNodeLimit": "it asks for more nodes than partition {partition} allows",
-    "PartitionTimeLimit": "it asks for more time than partition {partition} allows",
-    "PartitionConfig": "partition {partition} cannot run it as configured",
+    "PartitionNodeLimit": "partition {partition} cannot give it {nodes} now: fewer of its nodes are up (the others "
+                          "drained or down), or its MaxNodes is lower; it starts when enough nodes are back",
+    "PartitionTimeLimit": "its time limit is longer than partition {partition} allows (MaxTime)",
+    "PartitionConfig": "partition {partition} cannot run it as configured now (more nodes than it has up, or a "
+                       "limit it exceeds); it starts when the partition can",
     "Reservation": "waiting for its Slurm reservation to start",
     "Licenses": "waiting for licenses",
     "NodeDown": "a node it needs is down",
@@ -64,24 +64,54 @@ _WAITING: dict[str, str] = {
     "Cleaning": "Slurm is still cleaning up its previous run",
     "Prolog": "the nodes' prolog is running",
     "JobArrayTaskLimit": "the array's task limit is reached",
-    "InvalidAccount": "the service user's Slurm account is invalid",
-    "InvalidQOS": "the service user's Slurm QOS is invalid",
+    "InvalidAccount": "its Slurm account {account}is invalid or has no access to partition {partition}",
+    "InvalidQOS": "its Slurm QOS is invalid for its account",
     "FrontEndDown": "no front-end node is available",
     "SystemFailure": "Slurm reports a system failure",
 }
+# Holds: the job never starts by itself; an operator releases it.
+RELEASE_HINT = "an operator releases it in the admin (Slurm jobs → Release held jobs) or with scontrol release {job}"
+_HELD: dict[str, str] = {
+    "JobHeldAdmin": "held by a Slurm administrator",
+    "JobHeldUser": "held in Slurm by its submitter",
+    "launch failed requeued held": "held by Slurm after its batch script failed to launch on a node (check the node first)",
+    "job requeued in held state": "requeued by Slurm in held state",
+}
+HELD_STATES = frozenset({"REQUEUE_HOLD", "RESV_DEL_HOLD"})
 # Slurm's accounting limits (QOSMaxGRESPerUser, AssocGrpGRES, …) all read alike
 _LIMIT_PREFIXES = ("QOS", "Assoc", "MaxRequeue")
 
 
-def waiting_text(reason: str, shape: Shape) -> str:
+def reason_code(reason: str) -> str:
+    """Slurm's reason without its detail: "ReqNodeNotAvail, UnavailableNodes:n1" → "ReqNodeNotAvail"."""
+    return reason.split(",", 1)[0].strip() or "None"
+
+
+def is_held(state: str, reason: str, description: str = "") -> bool:
+    """Slurm will not start it until someone releases it."""
+    code = reason_code(reason)
+    return state in HELD_STATES or code in _HELD or description in _HELD or "held" in description.lower()
+
+
+def waiting_text(reason: str, shape: Shape, description: str = "", job: int | str = "<id>", account: str = "",
+                 state: str = "PENDING") -> str:
+    """Why Slurm keeps it queued, in words. `description` is Slurm's state_description (it names
+    drained nodes when the reason alone says only "Resources")."""
+    code = reason_code(reason)
     nodes = f"{shape.node_count} node" + ("" if shape.node_count == 1 else "s")
     gpus = f"{shape.gpus_per_node} GPU" + ("" if shape.gpus_per_node == 1 else "s")
-    template = _WAITING.get(reason)
-    if template is None and reason.startswith(_LIMIT_PREFIXES):
-        template = "held by a Slurm limit of the service user's account or QOS ({reason})"
+    if is_held(state, reason, description):
+        what = _HELD.get(code) or _HELD.get(description) or f"held in Slurm ({description or reason})"
+        return f"{what}: it does not start until {RELEASE_HINT.format(job=job)}"
+    template = _WAITING.get(code)
+    if code == "Resources" and description in _WAITING:
+        template = _WAITING[description]  # Slurm's own words: nodes are drained, not busy
+    if template is None and code.startswith(_LIMIT_PREFIXES):
+        template = "held back by a Slurm limit of its account or QOS ({reason}); it starts when usage drops below it"
     if template is None:
         template = "waiting in Slurm ({reason})"
-    return template.format(partition=shape.partition or "(default)", nodes=nodes, gpus=gpus, reason=reason)
+    return template.format(partition=shape.partition or "(default)", nodes=nodes, gpus=gpus, reason=reason,
+                           account=f"{account} " if account else "")
 
 
 def _nodes(names: tuple[str, ...]) -> str:
@@ -108,7 +138,7 @@ def failure_text(state: str, nodes: tuple[str, ...], exit_code: int | None, exit
     texts = {
         "FAILED": f"the command failed on {_nodes(nodes)} (Slurm FAILED{', ' + code if code else ''})",
         "OUT_OF_MEMORY": f"out of memory: the job exceeded its memory on {_nodes(nodes)} (Slurm OUT_OF_MEMORY)",
-        "TIMEOUT": "time limit reached: Slurm stopped it at its partition's time limit (Slurm TIMEOUT)",
+        "TIMEOUT": "time limit reached: Slurm stopped it at its time limit (Slurm TIMEOUT)",
         "DEADLINE": "deadline reached (Slurm DEADLINE)",
         "BOOT_FAIL": f"node {_nodes(nodes)} failed to boot (Slurm BOOT_FAIL)",
         "NODE_FAIL": f"node failure on {_nodes(nodes)} (Slurm NODE_FAIL)",
@@ -176,10 +206,13 @@ def decide(view: SlurmJobView | None, local: Local, shape: Shape, record: Comple
         return Step(Action.CANCEL) if alive else Step(Action.REMOVE, "Slurm ended the job")
     if local.status in _TERMINAL:
         return Step(Action.CANCEL) if alive else Step(Action.NOTHING)
-    if view is None and record is None:
+    restart: int | None
+    if view is not None:
+        state, restart = view.state, view.restart_count
+    elif record is not None:
+        state, restart = record.state, local.run_restart
+    else:
         return Step(Action.FAIL, "Slurm no longer knows the job and left no completion record")
-    state = view.state if view is not None else record.state
-    restart = view.restart_count if view is not None else local.run_restart
     if local.run_restart is not None and restart is not None and restart < local.run_restart:
         return Step(Action.NOTHING, "an older view than the run the console knows")  # read before a redemption
     # Slurm counts every requeue; a state alone could be a view read just before the run started
@@ -190,7 +223,9 @@ def decide(view: SlurmJobView | None, local: Local, shape: Shape, record: Comple
     if state in WAITING_STATES:
         if local.run_open:
             return Step(Action.NOTHING, "a view read just before the run started")
-        return Step(Action.WAIT, waiting_text(view.reason if view is not None else "None", shape))
+        if view is None:
+            return Step(Action.WAIT, waiting_text("None", shape))
+        return Step(Action.WAIT, waiting_text(view.reason, shape, view.description, view.job_id, view.account, view.state))
     if state in STARTING_STATES | RUNNING_STATES:
         if not local.run_open or local.run_restart != restart:
             return Step(Action.START_RUN)

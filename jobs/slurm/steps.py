@@ -13,8 +13,7 @@ from nodeagent import protocol
 
 from ..choices import JobStatus
 from ..models import Placement, TrainingJob
-from ..nodes.registry import checkpoint_environment
-from ..objectstore import output_prefix
+from ..nodes import placement_message
 from . import jobcomp, runs, sync
 from .adapters import SlurmJobView
 from .client import SlurmError
@@ -61,11 +60,13 @@ def redeem(launch_key: str, data: Any) -> tuple[str, int]:
     view = _view(slurm_job, restart, nodes)
     records = jobcomp.read(slurm_job.cluster.jobcomp_path, [slurm_id]).get(slurm_id, [])
     client = slurm_job.cluster.client()
-    # a requeue the poll has not seen yet ends the previous attempt first, then this run starts;
-    # a Slurm call that fails here (a cancel of a deleted job) is retried by the poll
+    # a requeue the poll has not seen yet ends the previous attempt first, then this run starts
+    # (a second pass); a Slurm call that fails here (a cancel of a deleted job) is retried by the poll
     for _ in range(2):
         with contextlib.suppress(SlurmError):
             sync.apply(slurm_job.pk, view, records, client)
+        if SlurmRun.objects.filter(slurm_job=slurm_job, restart_count=restart).exists():
+            break
     with transaction.atomic():
         job = TrainingJob.objects.select_for_update().filter(pk=job_id).first()
         run = SlurmRun.objects.select_related("attempt").filter(slurm_job=slurm_job, restart_count=restart).first()
@@ -73,7 +74,7 @@ def redeem(launch_key: str, data: Any) -> tuple[str, int]:
             raise Refused(409, "the job was deleted")
         if run is None or run.attempt.number != job.current_attempt or job.status not in (JobStatus.CREATING, JobStatus.RUNNING):
             raise Refused(409, f"this run is not wanted: the job is {job.status} ({job.status_reason})")
-        return runs.issue_token(run), run.attempt.number
+        return runs.issue_token(run, launch_key), run.attempt.number
 
 
 def desired(run_id: int, role: str) -> list[protocol.Placement]:
@@ -81,20 +82,10 @@ def desired(run_id: int, role: str) -> list[protocol.Placement]:
     run = SlurmRun.objects.select_related("attempt", "slurm_job__cluster").filter(pk=run_id).first()
     if run is None:
         return []
-    job = TrainingJob.objects.filter(pk=run.attempt.job_id).first()
+    job = TrainingJob.objects.select_related("owner").filter(pk=run.attempt.job_id).first()
     if job is None or job.current_attempt != run.attempt.number or job.status not in (JobStatus.CREATING, JobStatus.RUNNING):
         return []
-    placement = Placement.objects.filter(attempt_id=run.attempt_id, role=role).first()
-    if placement is None:
+    row = placement_message.rows(Placement.objects.filter(attempt_id=run.attempt_id, role=role)).first()
+    if row is None:
         return []
-    attempt = run.attempt
-    return [protocol.Placement(
-        job_id=job.pk, job_name=job.name, attempt=attempt.number, role=role, node_rank=placement.node_rank,
-        nnodes=job.node_count, nproc_per_node=job.gpus_per_node, master_addr=attempt.master_addr,
-        master_port=attempt.master_port, gpu_indices=list(placement.gpu_indices), command=job.command,
-        script_url=job.script_url, image=job.image_url, registry=None, shm_size_gb=job.shm_size_gb,
-        mount_path=job.volume_mount_path,
-        output_prefix=output_prefix(job.pk, attempt.number),
-        resume_step=attempt.resume_step, stop_grace_seconds=run.slurm_job.cluster.stop_grace_seconds,
-        env=checkpoint_environment(job.pk),
-    )]
+    return [placement_message.build(row, grace=run.slurm_job.cluster.stop_grace_seconds, with_registry=False)]

@@ -15,16 +15,19 @@ from datetime import timedelta
 from django.db import transaction
 from django.utils import timezone
 
-from .. import actions, failover
+from .. import actions
 from ..choices import WAITING_STATUSES, JobStatus, LearningType
 from ..models import TrainingJob
-from . import jobcomp, quotas, runs
+from ..models.jobs import AWAITING_CHECKPOINT_COPY
+from ..recovery import failover
+from . import jobcomp, runs
 from .adapters import SlurmJobView
-from .batch_script import BatchSpec, build_batch_script, job_id_from_name, submission
-from .client import SlurmClient, SlurmError, SlurmRefused
+from .batch_script import comment_is_from, job_id_from_name
+from .client import SlurmClient, SlurmError
 from .jobcomp import CompletionRecord
-from .models import SlurmCluster, SlurmJob, SlurmRun, new_secret
-from .states import FINAL_STATES, RUNNING_STATES, WAITING_STATES, Action, Local, Shape, Step, decide
+from .models import SlurmCluster, SlurmJob, SlurmRun
+from .states import FINAL_STATES, RUNNING_STATES, WAITING_STATES, Action, Local, Shape, Step, decide, is_held
+from .submit import record_submission, submit_waiting
 
 log = logging.getLogger(__name__)
 CANCEL_RESEND_SECONDS = 30  # a cancel Slurm did not act on is sent again after this long
@@ -49,6 +52,9 @@ def sync_all() -> None:
 
 def sync_cluster(cluster: SlurmCluster) -> None:
     client = cluster.client()
+    # a job never submitted has nothing Slurm could hold for it: it goes first, without waiting
+    # for the listing (one slurmrestd round trip less between a job's creation and Slurm)
+    submit_waiting(cluster, client, None)
     try:
         views = {view.job_id: view for view in client.jobs()}
     except SlurmError as exc:
@@ -57,6 +63,7 @@ def sync_cluster(cluster: SlurmCluster) -> None:
     SlurmCluster.objects.filter(pk=cluster.pk).update(last_checked_at=timezone.now(), last_error="")
     cancel_orphans_now(cluster)
     submit_waiting(cluster, client, views)
+    reconcile(cluster, client, views)
     active = list(SlurmJob.objects.filter(cluster=cluster, finished_at__isnull=True, slurm_job_id__isnull=False)
                   .select_related("job").only("pk", "slurm_job_id", "state", "reason", "restart_count", "job__status"))
     records = jobcomp.read(cluster.jobcomp_path, [sj.slurm_job_id for sj in active])
@@ -67,9 +74,63 @@ def sync_cluster(cluster: SlurmCluster) -> None:
         try:
             if view is None:
                 view = client.job(slurm_job.slurm_job_id)  # None: slurmctld forgot it (MinJobAge)
-            apply(slurm_job.pk, view, records.get(slurm_job.slurm_job_id, []), client)
+            found = records.get(slurm_job.slurm_job_id, [])
+            if view is None and not found and cluster.accounting:
+                found = _from_accounting(client, slurm_job.slurm_job_id)  # no completion record: sacct's
+            apply(slurm_job.pk, view, found, client)
         except SlurmError as exc:
             log.warning("Slurm job %s: %s", slurm_job, exc)
+    if cluster.accounting:
+        account_ended(cluster, client)
+
+
+ENDING_WINDOW = timedelta(seconds=30)  # how long after its launchers' exits a run is polled for its end
+
+
+def runs_ending() -> bool:
+    """A run whose launchers have all reported their exit (within ENDING_WINDOW) while the console
+    still waits for Slurm to end it: the batch script ends a moment later, and the job's outcome
+    (Completed, Failed) waits only for the pass that sees it."""
+    since = timezone.now() - ENDING_WINDOW
+    return (SlurmRun.objects.filter(ended_at__isnull=True, slurm_job__finished_at__isnull=True, slurm_job__cluster__enabled=True,
+                                    attempt__placements__ended_at__gte=since)
+            .exclude(attempt__placements__ended_at__isnull=True).exists())
+
+
+ACCOUNTING_WINDOW = timedelta(hours=1)  # how long after its end a job's accounting record is waited for
+ACCOUNTING_BATCH = 20  # records read per pass
+
+
+def _from_accounting(client: SlurmClient, slurm_job_id: int) -> list[CompletionRecord]:
+    """The last run's outcome from slurmdbd, for a job slurmctld forgot and the completion records
+    do not name (22.05 reports no exit code there: the failure text goes without one)."""
+    seen = client.accounting(slurm_job_id)
+    if seen is None or seen.state not in FINAL_STATES:
+        return []
+    return [CompletionRecord(slurm_job_id, seen.state, seen.nodes, seen.start_time, seen.end_time, None, None)]
+
+
+def account_ended(cluster: SlurmCluster, client: SlurmClient) -> int:
+    """Ended jobs' usage as Slurm accounted it (account, elapsed time, allocated TRES): shown with
+    the Slurm job, and the figure the console's run time is checked against. Returns how many."""
+    since = timezone.now() - ACCOUNTING_WINDOW
+    waiting = SlurmJob.objects.filter(cluster=cluster, accounted_at__isnull=True, slurm_job_id__isnull=False,
+                                      finished_at__gte=since).order_by("finished_at")[:ACCOUNTING_BATCH]
+    done = 0
+    for slurm_job in waiting:
+        try:
+            seen = client.accounting(slurm_job.slurm_job_id)
+        except SlurmError as exc:
+            log.warning("Slurm cluster %s: no accounting record of job %s: %s", cluster.name, slurm_job.slurm_job_id, exc)
+            return done
+        if seen is None or seen.state not in FINAL_STATES:
+            continue  # slurmdbd has not heard of its end yet
+        SlurmJob.objects.filter(pk=slurm_job.pk).update(
+            accounted_at=timezone.now(), accounted_state=seen.state[:32], elapsed_seconds=seen.elapsed_seconds,
+            allocated_tres=seen.allocated_tres[:300], account=seen.account[:64] or slurm_job.account,
+        )
+        done += 1
+    return done
 
 
 def unchanged(slurm_job: SlurmJob, view: SlurmJobView | None) -> bool:
@@ -77,83 +138,25 @@ def unchanged(slurm_job: SlurmJob, view: SlurmJobView | None) -> bool:
     already knows. Keeps a pass over hundreds of queued jobs to one query and one GET."""
     if view is None or slurm_job.job is None:
         return False
-    said_before = (view.state, view.reason, view.restart_count) == (slurm_job.state, slurm_job.reason, slurm_job.restart_count)
+    said_before = (view.state, said(view), view.restart_count) == (slurm_job.state, slurm_job.reason, slurm_job.restart_count)
     steady = (view.state in WAITING_STATES and slurm_job.job.status in WAITING_STATUSES) or (
         view.state in RUNNING_STATES and slurm_job.job.status in (JobStatus.CREATING, JobStatus.RUNNING))
     return said_before and steady
 
 
+def said(view: SlurmJobView) -> str:
+    """The reason as stored: Slurm's code and, when it has one, its own sentence (a drained node
+    turns "Resources" into "Nodes required for job are DOWN, DRAINED…" without a new code)."""
+    return (f"{view.reason}: {view.description}" if view.description else view.reason)[:200]
+
+
 def _cluster_down(cluster: SlurmCluster, error: str) -> None:
     log.warning("Slurm cluster %s: %s", cluster.name, error)
     SlurmCluster.objects.filter(pk=cluster.pk).update(last_checked_at=timezone.now(), last_error=error[:500])
-    waiting = TrainingJob.objects.filter(server_type=cluster.server_type, status=JobStatus.PENDING, slurm__slurm_job_id__isnull=True)
+    waiting = TrainingJob.objects.filter(server_type=cluster.server_type, status=JobStatus.PENDING,
+                                         slurm__slurm_job_id__isnull=True).exclude(AWAITING_CHECKPOINT_COPY)
     for job_id in waiting.values_list("pk", flat=True):
         actions.set_waiting_reason(job_id, f"Waiting for Slurm cluster {cluster.name}: {error}; retrying"[:500])
-
-
-# -- submission ---------------------------------------------------------------------------------
-def submit_waiting(cluster: SlurmCluster, client: SlurmClient, views: dict[int, SlurmJobView]) -> None:
-    """Submit every Pending job of the cluster's server type that has no Slurm job yet."""
-    waiting = TrainingJob.objects.filter(server_type=cluster.server_type, status=JobStatus.PENDING).exclude(
-        slurm__slurm_job_id__isnull=False,
-    ).order_by("created_at", "pk")
-    ours = {job_id_from_name(view.name): view.job_id for view in views.values() if job_id_from_name(view.name)}
-    jobs = list(waiting.select_related("server_type", "owner"))
-    held = quotas.holds([job for job in jobs if job.pk not in ours])
-    for job in jobs:
-        if job.pk in held:
-            actions.set_waiting_reason(job.pk, held[job.pk][:500])
-            continue
-        submit(cluster, client, job, ours)
-
-
-def submit(cluster: SlurmCluster, client: SlurmClient, job: TrainingJob, ours: dict[int, int] | None = None) -> None:
-    existing = SlurmJob.objects.filter(job=job).first()
-    if existing is not None and (ours or {}).get(job.pk):
-        # submitted before, but the id was never recorded (the console stopped in between)
-        _record_submission(existing.pk, job.pk, ours[job.pk], cluster)
-        return
-    if job.gpus_per_node > cluster.gpus_per_node:
-        _refused(job.pk, f"Slurm cluster {cluster.name} has {cluster.gpus_per_node} GPUs per node; the job asks for {job.gpus_per_node}")
-        return
-    key, key_hash = new_secret()
-    with transaction.atomic():
-        locked = TrainingJob.objects.select_for_update().filter(pk=job.pk, status=JobStatus.PENDING).first()
-        if locked is None:
-            return
-        slurm_job, _ = SlurmJob.objects.update_or_create(
-            job=locked, defaults={"cluster": cluster, "training_job_id": locked.pk, "launch_key_hash": key_hash},
-        )
-    spec = BatchSpec(
-        job_id=job.pk, job_name=job.name, node_count=job.node_count, gpus_per_node=job.gpus_per_node,
-        partition=cluster.partition_for(job.learning_type), requeue=job.learning_type == LearningType.SPOT or job.failover_enabled,
-        console_url=cluster.console_url, launch_key=key, launcher=cluster.launcher, work_dir=cluster.work_dir,
-        server_type=job.server_type.name, gpu_metrics=cluster.gpu_metrics, stop_grace_seconds=cluster.stop_grace_seconds,
-        metrics_interval=cluster.metrics_interval_seconds,
-    )
-    try:
-        slurm_id = client.submit(build_batch_script(spec), submission(spec))
-    except SlurmRefused as refused:
-        _refused(job.pk, f"Slurm cluster {cluster.name} refused the job: {refused}", slurm_job.pk)
-        return
-    except SlurmError as exc:
-        actions.set_waiting_reason(job.pk, f"Cannot submit to Slurm cluster {cluster.name} yet: {exc}; retrying"[:500])
-        return
-    _record_submission(slurm_job.pk, job.pk, slurm_id, cluster)
-
-
-def _record_submission(slurm_job_pk: int, job_id: int, slurm_id: int, cluster: SlurmCluster) -> None:
-    SlurmJob.objects.filter(pk=slurm_job_pk).update(slurm_job_id=slurm_id, submitted_at=timezone.now(), state="PENDING")
-    actions.set_waiting_reason(job_id, f"Submitted to Slurm cluster {cluster.name} as job {slurm_id}")
-
-
-@transaction.atomic
-def _refused(job_id: int, reason: str, slurm_job_pk: int | None = None) -> None:
-    job = TrainingJob.objects.select_for_update().filter(pk=job_id, status=JobStatus.PENDING).first()
-    if job is not None:
-        actions.transition(job.pk, JobStatus.FAILED, reason[:500])
-    if slurm_job_pk is not None:
-        SlurmJob.objects.filter(pk=slurm_job_pk).update(finished_at=timezone.now())
 
 
 # -- applying what Slurm says ------------------------------------------------------------------
@@ -170,7 +173,7 @@ def apply(slurm_job_pk: int, view: SlurmJobView | None, records: list[Completion
     if slurm_job is None or slurm_job.finished_at is not None:
         return None
     if view is not None:
-        SlurmJob.objects.filter(pk=slurm_job.pk).update(state=view.state[:32], reason=view.reason[:200], restart_count=view.restart_count)
+        SlurmJob.objects.filter(pk=slurm_job.pk).update(state=view.state[:32], reason=said(view), restart_count=view.restart_count)
     if slurm_job.job_id is None:
         _orphan(slurm_job, view, client)
         return None
@@ -205,7 +208,12 @@ def _carry_out(step: Step, slurm_job: SlurmJob, job: TrainingJob, run: SlurmRun 
     cluster = slurm_job.cluster
     action = step.action
     if action is Action.WAIT:
-        actions.set_waiting_reason(job.pk, _capitalise(f"Slurm job {slurm_job.slurm_job_id} on {cluster.name}: {step.reason}")[:500])
+        text = _capitalise(f"Slurm job {slurm_job.slurm_job_id} on {cluster.name}: {step.reason}")[:500]
+        statuses: tuple[str, ...] = actions.REASON_REWRITABLE
+        if view is not None and is_held(view.state, view.reason, view.description):
+            # a failover Slurm requeued and then held would otherwise keep saying "Reallocating…"
+            statuses += (JobStatus.FAILOVER_IN_PROGRESS,)
+        actions.set_waiting_reason(job.pk, text, statuses)
     elif action is Action.START_RUN:
         _start_run(slurm_job, job, view, client)
     elif action is Action.COMPLETE:
@@ -300,6 +308,8 @@ def _cancel(slurm_job: SlurmJob, client: SlurmClient, force: bool = False) -> No
     now = timezone.now()
     if not force and slurm_job.cancel_sent_at and now - slurm_job.cancel_sent_at < timedelta(seconds=CANCEL_RESEND_SECONDS):
         return
+    if slurm_job.run_as and slurm_job.run_as != slurm_job.cluster.user_name:
+        client = slurm_job.cluster.client(user=slurm_job.run_as)  # a user may cancel their own job; the service user may not
     client.cancel(slurm_job.slurm_job_id)
     SlurmJob.objects.filter(pk=slurm_job.pk).update(cancel_sent_at=now)
 
@@ -310,6 +320,42 @@ def _orphan(slurm_job: SlurmJob, view: SlurmJobView | None, client: SlurmClient)
         _cancel(slurm_job, client)
     else:
         _finished(slurm_job)
+
+
+def reconcile(cluster: SlurmCluster, client: SlurmClient, views: dict[int, SlurmJobView]) -> list[str]:
+    """Strays: jobs this console submitted (its name and comment say so) that Slurm still holds
+    queued or running but the console no longer follows — their Training Job was deleted or ended,
+    or the row that tracked them is gone or finished. Adopt one the console still waits for (it
+    was submitted, but the id never recorded); cancel every other. Returns what it did, as logged."""
+    alive = {v.job_id: v for v in views.values() if v.state not in FINAL_STATES and job_id_from_name(v.name)
+             and comment_is_from(v.comment, cluster.console_url)}
+    if not alive:
+        return []
+    rows = {row.slurm_job_id: row for row in SlurmJob.objects.filter(cluster=cluster, slurm_job_id__in=list(alive))}
+    recently = timezone.now() - timedelta(seconds=CANCEL_RESEND_SECONDS)
+    done = []
+    for slurm_id, view in alive.items():
+        row = rows.get(slurm_id)
+        if row is not None and (row.finished_at is None or (row.cancel_sent_at and row.cancel_sent_at > recently)):
+            continue  # followed by the poll, or cancelled a moment ago
+        training_id = job_id_from_name(view.name)
+        waiting = SlurmJob.objects.filter(cluster=cluster, job_id=training_id, slurm_job_id__isnull=True,
+                                          finished_at__isnull=True, job__status=JobStatus.PENDING).first()
+        if waiting is not None and training_id is not None:  # a job of another name is never waiting
+            record_submission(waiting.pk, training_id, slurm_id, cluster)
+            done.append(f"adopted Slurm job {slurm_id} as the submission of job {training_id}")
+        else:
+            try:
+                client.cancel(slurm_id)
+            except SlurmError as exc:
+                log.warning("Slurm cluster %s: cannot cancel stray job %s: %s", cluster.name, slurm_id, exc)
+                continue
+            SlurmJob.objects.filter(cluster=cluster, slurm_job_id=slurm_id).update(cancel_sent_at=timezone.now())
+            done.append(f"cancelled stray Slurm job {slurm_id} ({view.state}) of job {training_id}, which the console "
+                        "no longer follows")
+    for line in done:
+        log.warning("Slurm cluster %s: %s", cluster.name, line)
+    return done
 
 
 def cancel_orphans_now(cluster: SlurmCluster) -> None:

@@ -6,8 +6,9 @@ from typing import NamedTuple
 
 import pytest
 
+from console.lib.validation import INTEGER_MESSAGE
 from jobs.tests.factories import OMIT
-from jobs.validation import FRAMEWORK_MESSAGE, INTEGER_MESSAGE, LEARNING_TYPE_MESSAGE, SERVER_TYPE_MESSAGE
+from jobs.validation import FRAMEWORK_MESSAGE, LEARNING_TYPE_MESSAGE, SERVER_TYPE_MESSAGE
 
 STORAGE = {"use_storage": "on"}
 
@@ -58,7 +59,19 @@ CASES = {
     "nodes-not-a-number": Case("node_count", {"node_count": "two"}, {"node_count": "two"}, INTEGER_MESSAGE),
     "shm-zero": Case("shm_size_gb", {"shm_size_gb": "0"}, {"shm_size_gb": 0}, "Shared memory must be 1 to 128 GB for this allocation."),
     "shm-too-big": Case("shm_size_gb", {"shm_size_gb": "129"}, {"shm_size_gb": 129}, "Shared memory must be 1 to 128 GB for this allocation."),
-    "image-blank": Case("image_url", {"image_url": ""}, {"image_url": ""}, "Enter the AI Training Image URL."),
+    "input-name": Case(
+        "inputs", {"inputs": "1data=s3://any-bucket/data/"}, {"inputs": [{"name": "1data", "url": "s3://any-bucket/data/"}]},
+        "Input name '1data': start with a letter, then letters, digits or '_', at most 32 (it becomes $SIMPLEAI_INPUT_<NAME>).",
+    ),
+    "input-twice": Case(
+        "inputs", {"inputs": "data=s3://b/x\nDATA=s3://b/y"},
+        {"inputs": [{"name": "data", "url": "s3://b/x"}, {"name": "DATA", "url": "s3://b/y"}]},
+        "Input names must be unique (whatever their case): 'DATA' appears twice.",
+    ),
+    "from-checkpoint-not-a-number": Case("from_checkpoint", {"from_checkpoint": "last"}, {"from_checkpoint": "last"}, INTEGER_MESSAGE),
+    "from-checkpoint-unknown": Case(
+        "from_checkpoint", {"from_checkpoint": "987654321"}, {"from_checkpoint": 987654321}, "Job 987654321 is not one of your jobs.",
+    ),
     "image-malformed": Case(
         "image_url", {"image_url": "https://registry.example.com/trainer"}, {"image_url": "https://registry.example.com/trainer"},
         "Enter a valid image reference, e.g. registry.example.com:5000/team/trainer:1.0.",
@@ -77,11 +90,15 @@ CASES = {
     ),
     "mount-relative": Case(
         "volume_mount_path", {**STORAGE, "volume_mount_path": "mnt/data"}, {"volume_mount_path": "mnt/data"},
-        "Enter an absolute path, e.g. /mnt/data.",
+        "Enter an absolute path for the File Storage mount path, e.g. /mnt/data (not 'mnt/data').",
     ),
     "mount-root": Case(
         "volume_mount_path", {**STORAGE, "volume_mount_path": "/"}, {"volume_mount_path": "/"},
-        "The volume cannot be mounted at the root directory.",
+        "File Storage cannot be mounted at the root directory; use a path such as /mnt/data.",
+    ),
+    "mount-system": Case(
+        "volume_mount_path", {**STORAGE, "volume_mount_path": "/run/docker.sock"}, {"volume_mount_path": "/run/docker.sock"},
+        "/run/docker.sock is a system directory of the job's own file system (/run); mount File Storage elsewhere, e.g. /mnt/data.",
     ),
     "script-not-s3": Case(
         "script_url", {**STORAGE, "volume_mount_path": "/mnt/data", "script_url": "https://bucket/train.py"},

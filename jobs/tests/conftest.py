@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-import contextlib
-
 import pytest
+
+from .storage import put_in_space
 
 
 @pytest.fixture
-def stored_script(object_storage_settings, object_store) -> str:
-    """s3://scripts/train.py, uploaded to the console's object storage; returns the URL."""
-    client = object_store.client()
-    with contextlib.suppress(Exception):  # the bucket exists already (SeaweedFS answers either error)
-        client.create_bucket(Bucket="scripts")
-    client.put_object(Bucket="scripts", Key="train.py", Body=b"print('training')\n")
-    return "s3://scripts/train.py"
+def stored_script(alice, object_storage_settings, object_store) -> str:
+    """uploads/train.py in Alice's own storage space, uploaded with her own keys; returns its URL."""
+    return put_in_space(alice, object_store.endpoint, "uploads/train.py", b"print('training')\n")
 
 
 @pytest.fixture

@@ -111,7 +111,7 @@ def test_each_exemption_is_still_needed():
 
 def test_the_scan_covers_the_apps():
     modules = {path.relative_to(ROOT).as_posix() for path in _modules()}
-    assert {"jobs/failover.py", "jobs/lifecycle.py", "jobs/slurm/sync.py", "workspaces/reservations.py"} <= modules
+    assert {"jobs/recovery/failover.py", "jobs/lifecycle.py", "jobs/slurm/sync.py", "workspaces/reservations.py"} <= modules
 
 
 @pytest.mark.parametrize(("source", "field"), [

@@ -11,11 +11,11 @@ import time
 import pytest
 from asgiref.sync import sync_to_async
 
-from jobs.agent_consumer import MAX_BATCH
+from jobs.channel.consumer import MAX_BATCH
 from jobs.models import RejectedAgentMessage, TrainingJob
 from monitoring.models import LogLine
 
-from .test_agent_protocol import _placed_job, connect_node, hold_row, synced
+from .agent_channel import connect_node, hold_row, placed_job, synced
 
 pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)
 
@@ -32,7 +32,7 @@ def lines(job: TrainingJob, msg_id: int, *texts: str) -> dict:
 
 async def placed() -> tuple:
     socket, welcome = await connect_node("gpu-01")
-    job = await sync_to_async(_placed_job)()
+    job = await sync_to_async(placed_job)()
     assert (await socket.receive_json_from(timeout=5))["type"] == "desired"
     return socket, welcome, job
 

@@ -1,4 +1,4 @@
-"""Storing a node's queued messages (jobs.agent_inbox): a `preparing` report that arrives with
+"""Storing a node's queued messages (jobs.channel.inbox): a `preparing` report that arrives with
 its `running` is stored with it, and what the node sees and what is stored are as if each had
 been stored alone."""
 
@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from jobs import actions, lifecycle
-from jobs.agent_inbox import STORED, store_messages
+from jobs.channel.inbox import STORED, store_messages
 from jobs.models import JobStatusChange, Placement, TrainingJob
-from jobs.scheduling import Assignment
+from jobs.scheduling.decision import Assignment
 
 from .factories import job_fields
 from .test_nodes import make_node

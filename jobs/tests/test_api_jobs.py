@@ -28,7 +28,7 @@ def test_it_creates_a_pending_job(alice, alice_api, stored_script):
         name="bert-base", learning_type="spot", framework="deepspeed", framework_version="0.18.9",
         server_type="g3", gpus_per_node=8, memory_gb=4096, node_count=4, shm_size_gb=1024,
         registry_username="robot", registry_password="s3cret", volume_mount_path="/mnt/data",
-        script_url="s3://scripts/train.py", command="deepspeed train.py",
+        script_url=stored_script, command="deepspeed train.py",
         tags=[{"key": "team", "value": "nlp"}],
     ), format="json")
     assert response.status_code == 201, response.json()
@@ -247,7 +247,9 @@ def test_the_schema_and_docs_load_for_a_logged_in_user(alice_client):
     spec = alice_client.get("/api/schema/", {"format": "json"}).json()
     parameters = spec["paths"]["/api/v1/training-jobs/{id}/"]["get"]["parameters"]
     assert {"name": parameters[0]["name"], "type": parameters[0]["schema"]["type"]} == {"name": "id", "type": "integer"}
-    assert spec["components"]["schemas"]["TrainingJob"]["properties"]["registry_password"]["writeOnly"] is True
+    # the password is sent, never read back: only the request body declares it
+    assert "registry_password" in spec["components"]["schemas"]["TrainingJobRequest"]["properties"]
+    assert "registry_password" not in spec["components"]["schemas"]["TrainingJob"]["properties"]
     docs = alice_client.get("/api/docs/")
     assert docs.status_code == 200 and b"swagger" in docs.content.lower()
 
@@ -255,3 +257,11 @@ def test_the_schema_and_docs_load_for_a_logged_in_user(alice_client):
 def test_the_schema_and_docs_need_a_login(client, db):
     assert client.get("/api/schema/").status_code in {401, 403}
     assert client.get("/api/docs/").status_code in {401, 403}
+
+
+def test_it_finds_a_job_by_its_exact_name(alice_api, bob, make_job):
+    make_job(name="bert")
+    make_job(name="bert-large")
+    make_job(name="bert", owner=bob)
+    found = alice_api.get(JOBS, {"name": "bert"}).json()["results"]
+    assert [(j["name"], j["id"]) for j in found] == [("bert", TrainingJob.objects.get(owner__username="alice", name="bert").pk)]

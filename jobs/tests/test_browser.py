@@ -1,4 +1,4 @@
-"""One real browser: log in, fill every area of the creation page, confirm, find the job Pending."""
+"""One real browser: log in, fill every area of the creation page, confirm, land on the job's page and find it Pending."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def test_a_user_creates_a_job_in_the_browser(live_server, page, stored_script, a
     page.check("#id_use_storage")
     expect(page.locator("#storage-fields")).to_be_visible()
     page.fill("#id_volume_mount_path", "/mnt/data")
-    page.fill("#id_script_url", "s3://scripts/train.py")
+    page.fill("#id_script_url", stored_script)
     page.fill("#id_command", "deepspeed train.py --zero 3")
     # Tags
     for key, value in [("team", "nlp"), ("project", "bert")]:
@@ -64,7 +64,7 @@ def test_a_user_creates_a_job_in_the_browser(live_server, page, stored_script, a
     summary = page.locator("#summary-list")
     for text in [
         "On-Demand Training", "bert-large.v1", "DeepSpeed 0.18.9", "Use", "g3", "at.g3v32b2 (2 GPU, 1,024 GB)",
-        "256 GB", "nvcr.io/nvidia/pytorch:24.05-py3", "robot", "/mnt/data", "s3://scripts/train.py",
+        "256 GB", "nvcr.io/nvidia/pytorch:24.05-py3", "robot", "/mnt/data", stored_script,
         "deepspeed train.py --zero 3",
     ]:
         expect(summary).to_contain_text(text)
@@ -81,14 +81,17 @@ def test_a_user_creates_a_job_in_the_browser(live_server, page, stored_script, a
     assert not TrainingJob.objects.exists()  # nothing is created before the confirmation
     page.click("#confirm-create-button")
 
-    page.wait_for_url(f"{live_server.url}/jobs/")
+    # the console lands on the new job's page, where its status, logs and metrics appear
+    job = TrainingJob.objects.get(owner=alice)
+    page.wait_for_url(f"{live_server.url}/jobs/{job.pk}/")
     expect(page.locator(".messages")).to_contain_text("Training Job bert-large.v1 was created.")
+    expect(page.locator("#job-status")).to_have_text("Pending")
+    page.goto(f"{live_server.url}/jobs/")
     row = page.locator("tr", has_text="bert-large.v1")
     expect(row.locator(".status")).to_have_text("Pending")
     expect(row).to_contain_text("2 × 2")
     expect(row).to_contain_text("team=nlp")
 
-    job = TrainingJob.objects.get(owner=alice)
     assert (job.name, job.status, job.framework_version, job.failover_enabled) == ("bert-large.v1", JobStatus.PENDING, "0.18.9", True)
     assert (job.server_type.name, job.gpus_per_node, job.memory_gb, job.node_count, job.shm_size_gb) == ("g3", 2, 1024, 2, 256)
     assert job.registry_password() == "s3cret-pass"

@@ -7,8 +7,9 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from jobs import actions, bulk
+from jobs import actions
 from jobs.models import JobStatusChange, TrainingJob
+from jobs.sql import bulk
 
 from .factories import job_fields
 

@@ -1,8 +1,8 @@
 """The clock offset an agent's heartbeats are corrected by: a late-read message never makes a
 node look fresher than it is."""
 
-from jobs import clock_offset
-from jobs.clock_offset import ClockOffset
+from jobs.channel import clock_offset
+from jobs.channel.clock_offset import ClockOffset
 
 AHEAD = 7.0  # the console's clock is 7 s ahead of the agent's
 

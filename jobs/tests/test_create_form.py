@@ -46,21 +46,21 @@ def test_the_page_offers_the_allocations_for_the_summary(alice_client):
     assert 'id="server-types"' in response.content.decode()
 
 
-def test_a_valid_post_creates_a_pending_job_and_redirects_to_the_list(alice, alice_client, stored_script):
+def test_a_valid_post_creates_a_pending_job_and_lands_on_its_page(alice, alice_client, stored_script):
     response = alice_client.post(URL, form_post(
         learning_type="spot", name="bert-base.v2", framework="deepspeed", framework_version="0.18.9",
         server_type="g3", gpus_per_node="4", node_count="2", shm_size_gb="512",
         registry_username="robot", registry_password="s3cret", use_storage="on",
-        volume_mount_path="/mnt/data", script_url="s3://scripts/train.py", command="  deepspeed train.py  ",
+        volume_mount_path="/mnt/data", script_url=stored_script, command="  deepspeed train.py  ",
         **tag_post([{"key": "team", "value": "nlp"}, {"key": "", "value": ""}, {"key": "owner", "value": ""}]),
     ))
-    assert response.status_code == 302 and response.url == reverse("jobs:list")
     job = TrainingJob.objects.get(owner=alice, name="bert-base.v2")
+    assert response.status_code == 302 and response.url == job.get_absolute_url()
     assert job.status == JobStatus.PENDING
     assert (job.learning_type, job.framework, job.framework_version) == ("spot", "deepspeed", "0.18.9")
     assert (job.server_type.name, job.gpus_per_node, job.memory_gb, job.node_count, job.shm_size_gb) == ("g3", 4, 2048, 2, 512)
     assert (job.registry_username, job.registry_password()) == ("robot", "s3cret")
-    assert (job.volume_mount_path, job.script_url, job.command) == ("/mnt/data", "s3://scripts/train.py", "deepspeed train.py")
+    assert (job.volume_mount_path, job.script_url, job.command) == ("/mnt/data", stored_script, "deepspeed train.py")
     assert list(job.tags.values_list("key", "value")) == [("owner", ""), ("team", "nlp")]
     page = alice_client.get(response.url).content.decode()
     assert "Training Job bert-base.v2 was created." in page and "bert-base.v2" in page
@@ -82,9 +82,16 @@ def test_storage_fields_are_ignored_unless_storage_is_used(alice, alice_client):
     assert (job.volume_mount_path, job.script_url) == ("", "")
 
 
-def test_it_asks_for_a_mount_path_when_storage_is_used(alice_client):
+def test_it_asks_for_a_mount_path_or_a_script_when_storage_is_used(alice_client):
     response = alice_client.post(URL, form_post(use_storage="on"))
-    assert field_errors(response.content) == {"volume_mount_path": ["Enter the mount path of the File Storage volume."]}
+    assert field_errors(response.content) == {"volume_mount_path": ["Enter a File Storage volume mount path, a training script URL, or both."]}
+
+
+def test_a_training_script_alone_is_a_storage_connection(alice, alice_client, stored_script):
+    """The first job of the user guide: a script from object storage, no File Storage volume."""
+    response = alice_client.post(URL, form_post(use_storage="on", script_url=stored_script))
+    job = TrainingJob.objects.get(owner=alice)
+    assert response.status_code == 302 and (job.volume_mount_path, job.script_url) == ("", stored_script)
 
 
 @pytest.mark.parametrize("case", CASE_PARAMS)
@@ -112,7 +119,7 @@ def test_it_shows_every_failing_field_at_once(alice_client):
     response = alice_client.post(URL, form_post(
         name="X", learning_type="spot", failover_enabled="on", image_url="", command="", node_count="0",
     ))
-    assert set(field_errors(response.content)) == {"name", "failover_enabled", "image_url", "command", "node_count"}
+    assert set(field_errors(response.content)) == {"name", "failover_enabled", "command", "node_count"}
     assert "The Training Job was not created" in response.content.decode()
 
 

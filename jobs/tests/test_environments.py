@@ -6,11 +6,12 @@ from __future__ import annotations
 import pytest
 from django.core.exceptions import ValidationError
 
-from jobs import actions, environments, lifecycle
+from jobs import actions, lifecycle
+from jobs.environments import offered
+from jobs.environments.requirements import parse_requirements, pinned_version, summary
 from jobs.models import TrainingEnvironment
-from jobs.nodes import registry
-from jobs.requirements_list import parse_requirements, pinned_version, summary
-from jobs.scheduling import Assignment
+from jobs.nodes import desired
+from jobs.scheduling.decision import Assignment
 
 from .factories import api_payload, form_post, job_fields
 from .test_nodes import make_node
@@ -49,7 +50,7 @@ def test_the_seeded_environments_hold_the_seed_s_set_on_the_local_torch():
     seed_set = ["torch==2.13.0", "transformers==5.10.2", "datasets==4.8.4", "safetensors==0.8.0", "accelerate==1.13.0", "numpy==2.4.6"]
     assert all(pin in pytorch.pins() for pin in seed_set) and "deepspeed" not in pytorch.requirements
     assert deepspeed.pins()[-1] == "deepspeed==0.18.9" and all(pin in deepspeed.pins() for pin in seed_set)
-    assert environments.offered_versions() == {"pytorch": ["2.13.0"], "deepspeed": ["0.18.9"]}
+    assert offered.offered_versions() == {"pytorch": ["2.13.0"], "deepspeed": ["0.18.9"]}
 
 
 @pytest.mark.django_db
@@ -90,7 +91,7 @@ def test_a_placement_carries_its_job_s_training_environment(alice):
     node = make_node("gpu-01")
     job = actions.create_job(alice, job_fields(framework="deepspeed", framework_version="0.18.9"), [])
     lifecycle.start_attempt(job.pk, [Assignment(node.pk, node.name, (0,))])
-    [placement] = registry.desired_placements(node.pk)
+    [placement] = desired.desired_placements(node.pk)
     environment = placement["environment"]
     assert environment["name"] == "deepspeed-0.18.9" and environment["framework_label"] == "DeepSpeed"
     assert "deepspeed==0.18.9" in environment["requirements"] and "torch==2.13.0" in environment["requirements"]
@@ -101,7 +102,7 @@ def test_a_job_whose_environment_is_gone_runs_without_one(alice):
     node = make_node("gpu-01")
     job = actions.create_job(alice, job_fields(framework="deepspeed", framework_version="0.17.6"), [])  # created before it was removed
     lifecycle.start_attempt(job.pk, [Assignment(node.pk, node.name, (0,))])
-    [placement] = registry.desired_placements(node.pk)
+    [placement] = desired.desired_placements(node.pk)
     assert "environment" not in placement
 
 

@@ -1,4 +1,4 @@
-"""The console's decisions after an interruption (jobs.failover), driven through the actions."""
+"""The console's decisions after an interruption (jobs.recovery.failover), driven through the actions."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import pytest
 from django.utils import timezone
 
 from jobs import actions, lifecycle
-from jobs.agent_writes import checkpoint_prefix
+from jobs.channel.writes import checkpoint_prefix
 from jobs.lifecycle import PlacementReport
 from jobs.models import JobAttempt, Node, NodeGPU, ServerType, TrainingJob
-from jobs.nodes import registry
-from jobs.scheduling import Assignment
+from jobs.nodes import desired, hardware, registry
+from jobs.scheduling.decision import Assignment
 from jobs.tasks import schedule_jobs
 
 from .factories import job_fields
@@ -43,7 +43,7 @@ def exit_report(job: TrainingJob, node: Node, **fields) -> TrainingJob:
 
 
 def xid(node: Node, number: int, gpu: int = 0) -> None:
-    registry.record_fault(node.pk, {"gpu_index": gpu, "kind": "xid", "xid": number, "detail": "", "ts": time.time()})
+    hardware.record_fault(node.pk, {"gpu_index": gpu, "kind": "xid", "xid": number, "detail": "", "ts": time.time()})
 
 
 def test_a_hardware_fault_with_failover_reallocates_to_a_healthy_node(alice, django_capture_on_commit_callbacks):
@@ -70,7 +70,7 @@ def test_a_hardware_fault_with_failover_reallocates_to_a_healthy_node(alice, dja
 def test_the_resumed_attempt_starts_from_the_committed_checkpoint(alice):
     bad, _ = make_node("gpu-01"), make_node("gpu-02")
     job = running_job(alice, bad, failover_enabled=True)
-    prefix = checkpoint_prefix(job.pk)
+    prefix = checkpoint_prefix(job.owner_id, job.pk)
     assert lifecycle.record_checkpoint(job.pk, 1, 20, prefix + "step-20", bad.pk, "master") == "ok"
     assert lifecycle.record_checkpoint(job.pk, 1, 15, prefix + "step-15", bad.pk, "master") == "ok"
     xid(bad, 48)
@@ -78,7 +78,7 @@ def test_the_resumed_attempt_starts_from_the_committed_checkpoint(alice):
     schedule_jobs()
     attempt = JobAttempt.objects.get(job=job, number=2)
     assert attempt.resume_step == 20
-    [placement] = registry.desired_placements(attempt.placements.get().node_id)
+    [placement] = desired.desired_placements(attempt.placements.get().node_id)
     assert placement["resume_step"] == 20
 
 
@@ -88,7 +88,7 @@ def test_a_checkpoint_commit_of_a_superseded_attempt_is_rejected(alice):
     xid(bad, 79)
     exit_report(job, bad, signal=9)
     schedule_jobs()
-    assert lifecycle.record_checkpoint(job.pk, 1, 99, checkpoint_prefix(job.pk) + "step-99", bad.pk, "master") == "stale"
+    assert lifecycle.record_checkpoint(job.pk, 1, 99, checkpoint_prefix(job.owner_id, job.pk) + "step-99", bad.pk, "master") == "stale"
     assert TrainingJob.objects.get(pk=job.pk).checkpoint_step is None
 
 
@@ -191,7 +191,27 @@ def test_a_spot_job_is_paused_by_a_fault_and_by_an_on_demand_job(alice, bob):
 def test_staff_reclaim_interrupts_spot_jobs_and_cordons_the_node(alice):
     node = make_node("gpu-01")
     spot = running_job(alice, node, learning_type="spot")
-    assert registry.reclaim_from_spot(node.pk, "maintenance") == 1
+    assert hardware.reclaim_from_spot(node.pk, "maintenance") == 1
     spot.refresh_from_db()
     assert spot.status == "Pending - spotinterrupted"
     assert Node.objects.get(pk=node.pk).cordoned
+
+
+def test_a_failover_keeps_the_healthy_node_at_its_rank_and_moves_only_the_failed_one(alice):
+    # without partial recovery the scheduler's name order would make gpu-02 (rank 1) the new master
+    master, worker, _, _ = (make_node(f"gpu-0{i}") for i in range(1, 5))
+    job = actions.create_job(alice, job_fields(failover_enabled=True, node_count=2), [])
+    lifecycle.start_attempt(job.pk, [Assignment(master.pk, master.name, (0,)), Assignment(worker.pk, worker.name, (0,))])
+    for role, node in (("master", master), ("worker-1", worker)):
+        lifecycle.record_placement(PlacementReport(job.pk, 1, role, "running"), node.pk)
+    xid(master, 79)
+    exit_report(TrainingJob.objects.get(pk=job.pk), master, signal=9)
+    lifecycle.record_placement(PlacementReport(job.pk, 1, "worker-1", "exited", signal=15), worker.pk)
+
+    schedule_jobs()
+
+    attempt = JobAttempt.objects.get(job=job, number=2)
+    assert dict(attempt.placements.values_list("role", "node_name")) == {"master": "gpu-03", "worker-1": "gpu-02"}
+    assert attempt.master_addr == "127.0.0.1" and attempt.kind == "failover"
+    [placement] = desired.desired_placements(worker.pk)
+    assert placement["role"] == "worker-1" and placement["reuse_previous"] is True  # its agent may reuse attempt 1's files

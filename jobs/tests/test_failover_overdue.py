@@ -8,8 +8,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from jobs import failover
 from jobs.models import TrainingJob
+from jobs.recovery import failover
 
 from .test_failover_flow import exit_report, make_node, running_job
 

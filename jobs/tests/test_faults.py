@@ -1,8 +1,8 @@
-"""Every row of the fault classification table (jobs.faults): plain data, no database."""
+"""Every row of the fault classification table (jobs.recovery.faults): plain data, no database."""
 
 import pytest
 
-from jobs.faults import ExitEvidence, HardwareEvent, Verdict, classify, recheck
+from jobs.recovery.faults import ExitEvidence, HardwareEvent, Verdict, classify, recheck
 
 
 def xid(number: int, gpu: int = 3) -> HardwareEvent:
@@ -74,13 +74,14 @@ def test_a_lost_node_is_infrastructure():
     (ExitEvidence(exit_code=127, log_tail=("bash: line 1: torchrun: command not found",)), "command not found"),
     (ExitEvidence(exit_code=127), "command not found"),
     (ExitEvidence(exit_code=1, log_tail=("Traceback (most recent call last):", "ValueError: bad")), "a Python exception"),
-    (ExitEvidence(exit_code=2), "exited with code 2"),
+    (ExitEvidence(exit_code=2), "the command exited with code 2"),
     (ExitEvidence(exit_code=1, hardware=(xid(13), xid(31))), "application XIDs only: XID 13 on GPU 3, XID 31 on GPU 3"),
 ])
 def test_user_and_config_errors_are_internalerror(evidence, words):
     decision = classify(evidence)
     assert decision.verdict is Verdict.USER
-    assert decision.reason.startswith("no hardware fault signal")
+    # in plain words, what the user's command did: not "no hardware fault signal: ..."
+    assert decision.reason.startswith("the command ")
     assert words in decision.reason
 
 
@@ -92,7 +93,9 @@ def test_a_kill_without_evidence_is_looked_at_again():
     first = classify(ExitEvidence(signal=9))
     assert first.verdict is Verdict.AMBIGUOUS
     assert first.reason == "killed by SIGKILL without hardware evidence"
-    assert recheck(first, (), node_alive=True, node_name="n").verdict is Verdict.USER
+    again = recheck(first, (), node_alive=True, node_name="n")
+    assert again.verdict is Verdict.USER
+    assert again.reason == "killed by SIGKILL without hardware evidence; a second look found no hardware fault"
     assert recheck(first, (xid(79),), node_alive=True, node_name="n").verdict is Verdict.HARDWARE
     gone = recheck(first, (), node_alive=False, node_name="gpu-02")
     assert gone.verdict is Verdict.INFRA and "gpu-02 is gone" in gone.reason

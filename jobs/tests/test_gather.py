@@ -1,4 +1,4 @@
-"""A Gatherer (jobs.gather) answers what many connections ask meanwhile with one call: alone a
+"""A Gatherer (jobs.channel.gather) answers what many connections ask meanwhile with one call: alone a
 request is served at once; behind a busy call, everything asked meanwhile goes in the next."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from jobs.gather import Gatherer
+from jobs.channel.gather import Gatherer
 
 
 class Recorder:

@@ -1,4 +1,4 @@
-"""The heartbeat book (jobs.heartbeats): a lost desired-state push is sent again, a re-send stuck
+"""The heartbeat book (jobs.channel.heartbeats): a lost desired-state push is sent again, a re-send stuck
 behind the message backlog holds nothing up, heartbeats are written while every agent message
 thread is busy. Transactional: the book reads and writes from threads of its own."""
 
@@ -12,17 +12,17 @@ from asgiref.sync import sync_to_async
 from django.utils import timezone
 
 from jobs import actions, lifecycle
-from jobs.agent_db import agent_db
-from jobs.heartbeats import HeartbeatBook
-from jobs.nodes import registry
-from jobs.scheduling import Assignment
+from jobs.channel.db import agent_db
+from jobs.channel.heartbeats import HeartbeatBook
+from jobs.nodes import desired
+from jobs.scheduling.decision import Assignment
 
 from .factories import job_fields
 from .test_nodes import make_node
 
 
 class FakeConnection:
-    """An agent's connection in this console process, as jobs.heartbeats sees it; asked for its
+    """An agent's connection in this console process, as jobs.channel.heartbeats sees it; asked for its
     desired state, it reads it aside like the consumer, waiting at `gate` (a backlog in the
     message pool) first."""
 
@@ -50,7 +50,7 @@ class FakeConnection:
     async def _send(self) -> None:
         if self.gate is not None:
             await self.gate.wait()
-        self.sent = (await sync_to_async(registry.desired_keys)([self.node_id]))[self.node_id]
+        self.sent = (await sync_to_async(desired.desired_keys)([self.node_id]))[self.node_id]
 
 
 def sends(book: HeartbeatBook) -> list[asyncio.Task]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from console.sockets import CLOSE_NOT_FOUND, CLOSE_UNAUTHENTICATED
+from console.lib.sockets import CLOSE_NOT_FOUND, CLOSE_UNAUTHENTICATED
 
 from .ws import job_socket, refusal, session_cookie, settled
 

@@ -8,7 +8,7 @@ from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.urls import reverse
 
-from console.sockets import CLOSE_UNAUTHENTICATED
+from console.lib.sockets import CLOSE_UNAUTHENTICATED
 from jobs import actions
 from jobs.choices import JobStatus
 

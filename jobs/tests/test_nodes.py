@@ -9,12 +9,12 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from jobs import actions, lifecycle
-from jobs.capacity import GpuUse
-from jobs.capacity_load import load_ledger
 from jobs.models import Node, NodeGPU, NodeToken, Placement, ServerType, TrainingJob
-from jobs.nodes import registry
+from jobs.nodes import desired, registry
 from jobs.nodes.models import hash_token
-from jobs.scheduling import Assignment
+from jobs.scheduling.capacity import GpuUse
+from jobs.scheduling.capacity_load import load_ledger
+from jobs.scheduling.decision import Assignment
 from jobs.tasks import schedule_jobs
 
 from .factories import api_client, job_fields
@@ -38,6 +38,14 @@ def test_nodetoken_prints_a_token_once_and_stores_only_its_hash(capsys):
     assert token.startswith("sat_")
     assert record.token_hash == hash_token(token) and token not in record.token_hash
     assert registry.authenticate(token) == record
+
+
+def test_nodetoken_s_hint_keeps_the_token_off_the_agent_s_command_line(capsys):
+    call_command("nodetoken", "gpu-01")
+    out = capsys.readouterr().out
+    token = out.splitlines()[1].strip()
+    assert f"NODEAGENT_TOKEN={token} python -m nodeagent --console" in out and "--token-file" in out
+    assert f"--token {token}" not in out
 
 
 def test_a_new_token_revokes_the_nodes_old_one():
@@ -131,12 +139,12 @@ def test_desired_state_lists_only_current_attempts_of_active_jobs(alice):
     node = make_node("gpu-01")
     job = actions.create_job(alice, job_fields(registry_username="trainer"), [], registry_password="Reg-Pass-1")
     lifecycle.start_attempt(job.pk, [Assignment(node.pk, node.name, (3,))])
-    [placement] = registry.desired_placements(node.pk)
+    [placement] = desired.desired_placements(node.pk)
     assert placement["gpu_indices"] == [3] and placement["command"] == "torchrun train.py"
     # the decrypted credentials go to the assigned agent only
     assert placement["registry"] == {"username": "trainer", "password": "Reg-Pass-1"}
     actions.delete_job(job.pk)  # Running/Creating → Terminating: the agent must stop it
-    assert registry.desired_placements(node.pk) == []
+    assert desired.desired_placements(node.pk) == []
 
 
 @pytest.mark.parametrize(("body", "field"), [

@@ -1,4 +1,4 @@
-"""What placement reports do to a job (jobs.placement_reports), without a database: the rules a
+"""What placement reports do to a job (jobs.channel.placement_reports), without a database: the rules a
 batch of a fleet's reports and a single report share."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobs.placement_reports import (
+from jobs.channel.placement_reports import (
     OK,
     STALE,
     JobRow,
@@ -59,6 +59,14 @@ def test_a_job_completes_only_when_every_node_exited_zero():
     assert first.transitions == [] and first.freed
     second = apply_reports(job("Running"), rows, [r(1, "exited", exit_code=0)], NOW)
     assert [(t.status, t.result_url) for t in second.transitions] == [("Completed", "")]
+
+
+def test_the_reasons_say_what_is_true_of_a_job_of_one_node_and_of_several():
+    one = apply_reports(job(), placements(1), [r(0, "running"), r(0, "exited", exit_code=0)], NOW)
+    assert [t.reason for t in one.transitions] == ["The command runs on its node", "The command exited with code 0"]
+    rows = placements(2)
+    two = apply_reports(job(), rows, [r(0, "running"), r(1, "running"), r(0, "exited", exit_code=0), r(1, "exited", exit_code=0)], NOW)
+    assert [t.reason for t in two.transitions] == ["The command runs on all 2 nodes", "Every node's command exited with code 0"]
 
 
 def test_reports_of_an_attempt_that_moved_on_change_nothing():

@@ -10,11 +10,11 @@ from __future__ import annotations
 import pytest
 
 from jobs import actions, lifecycle
-from jobs.faults import Verdict
+from jobs.environments.preparation import preparation_decision
 from jobs.lifecycle import PlacementReport
 from jobs.models import Node, Placement, TrainingJob
-from jobs.preparation import preparation_decision
-from jobs.scheduling import Assignment
+from jobs.recovery.faults import Verdict
+from jobs.scheduling.decision import Assignment
 from monitoring.models import LogLine
 from nodeagent.protocol import PREPARATION_FAILURES
 
@@ -83,8 +83,8 @@ def test_with_job_failover_it_is_refused_as_no_hardware_fault_and_still_names_th
 
     assert job.status == "Pending - internalerror"
     assert job.status_reason == (
-        "Failover rejected, no hardware fault signal: preparation failed on gpu-01: could not download the "
-        "training script s3://scripts/missing.py: no such object"
+        "Preparation failed on gpu-01: could not download the "
+        "training script s3://scripts/missing.py: no such object: not a hardware fault, so no failover"
     )
     assert not Node.objects.get(pk=node.pk).cordoned
 
@@ -132,4 +132,4 @@ def test_a_failed_command_whose_upload_also_failed_is_judged_by_the_command(alic
 
     job = report(job, node, exit_code=3, failure="output_upload", message="output not uploaded to s3://r/x: access denied")
 
-    assert (job.status, job.status_reason) == ("Failed", "No hardware fault signal: exited with code 3")
+    assert (job.status, job.status_reason) == ("Failed", "The command exited with code 3")

@@ -1,4 +1,4 @@
-"""Nodes' batches stored at the same moment (jobs.agent_inbox.store_batches on several threads):
+"""Nodes' batches stored at the same moment (jobs.channel.inbox.store_batches on several threads):
 each job a batch names is locked up front, in one order, so two batches never deadlock."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import time
 import pytest
 from django.db import connection
 
-from jobs.agent_inbox import STORED, store_batches
+from jobs.channel.inbox import STORED, store_batches
 from monitoring import ingest
 from monitoring.models import LogLine
 

@@ -1,4 +1,4 @@
-"""Many nodes' messages stored together (jobs.agent_inbox.store_batches): what each node is told
+"""Many nodes' messages stored together (jobs.channel.inbox.store_batches): what each node is told
 and what is stored are as if each message had been stored alone, in a number of statements that
 does not grow with the nodes."""
 
@@ -9,9 +9,9 @@ import time
 import pytest
 
 from jobs import actions, lifecycle
-from jobs.agent_inbox import STORED, store_batches, store_messages
+from jobs.channel.inbox import STORED, store_batches, store_messages
 from jobs.models import JobAttempt, JobStatusChange, Placement, TrainingJob
-from jobs.scheduling import Assignment
+from jobs.scheduling.decision import Assignment
 from monitoring.models import LogLine
 
 from .factories import job_fields

@@ -15,8 +15,8 @@ def test_a_scheduler_run_sends_all_its_job_events_together(alice, monkeypatch):
     """A fleet's backlog: one run starts a job and rewrites every other waiting reason. Each of
     them reaches its page and the owner's list, in one send (one event loop per event cost a
     run minutes)."""
-    from console import live
-    from jobs import scheduler_run
+    from console.lib import live
+    from jobs.scheduling import scheduler_run
 
     make_node("gpu-01")
     jobs = [actions.create_job(alice, job_fields(name=f"big-{i}", gpus_per_node=8), []) for i in range(12)]

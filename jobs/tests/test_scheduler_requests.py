@@ -13,8 +13,8 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from console.celery import app
-from jobs import notify
-from jobs.locks import take_scheduler_lock
+from jobs.channel import notify
+from jobs.scheduling.locks import take_scheduler_lock
 from jobs.tasks import schedule_jobs, scheduler_tick
 
 

@@ -1,11 +1,12 @@
-"""Gang placement on the capacity ledger (jobs.scheduling, jobs.capacity): plain data, no database."""
+"""Gang placement on the capacity ledger (jobs.scheduling.placement, jobs.scheduling.capacity): plain data, no database."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from jobs.capacity import GpuUse, JobHold, NodeInfo, Reservation, WarmHold, build
-from jobs.scheduling import JobRequest, master_port, schedule
+from jobs.scheduling.capacity import GpuUse, JobHold, NodeInfo, Reservation, WarmHold, build
+from jobs.scheduling.decision import JobRequest, master_port
+from jobs.scheduling.placement import schedule
 
 NOW = datetime(2026, 11, 30, 14, 0, tzinfo=UTC)
 GRACE = timedelta(seconds=40)

@@ -7,7 +7,7 @@ from cryptography.fernet import Fernet
 from django.db import connection
 from django.urls import reverse
 
-from console import crypto
+from console.lib import crypto
 from jobs.models import TrainingJob
 
 from .factories import api_payload, form_post

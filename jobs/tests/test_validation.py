@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from jobs.catalogue import allocations
+from jobs.scheduling.catalogue import allocations
 from jobs.validation import (
     FRAMEWORK_MESSAGE,
     LEARNING_TYPE_MESSAGE,
@@ -209,17 +209,40 @@ def test_it_accepts_absolute_mount_paths(path):
 
 
 def test_it_rejects_a_relative_mount_path():
-    assert mount_path_error("mnt/data") == "Enter an absolute path, e.g. /mnt/data."
+    assert mount_path_error("mnt/data") == "Enter an absolute path for the File Storage mount path, e.g. /mnt/data (not 'mnt/data')."
 
 
-@pytest.mark.parametrize("path", ["/", "//"])
-def test_it_rejects_mounting_at_the_root(path):
-    assert mount_path_error(path) == "The volume cannot be mounted at the root directory."
+def test_it_rejects_mounting_at_the_root():
+    assert mount_path_error("/") == "File Storage cannot be mounted at the root directory; use a path such as /mnt/data."
 
 
-@pytest.mark.parametrize("path", ["/mnt/../etc", "/mnt//data", "/mnt/./data", "//mnt", "/" + "a" * 255])
+@pytest.mark.parametrize("path", ["/mnt/../etc", "/mnt//data", "/mnt/./data", "//mnt", "//"])
 def test_it_rejects_unnormalised_mount_paths(path):
-    assert mount_path_error(path) == "Enter a normalised absolute path without '..', e.g. /mnt/data."
+    assert mount_path_error(path) == (
+        "Enter a normalised absolute path without '.', '..' or '//' for the File Storage mount path, "
+        f"e.g. /mnt/data (not {path!r})."
+    )
+
+
+def test_it_rejects_a_mount_path_longer_than_a_node_mounts():
+    assert mount_path_error("/" + "a" * 255) == "The File Storage mount path may be at most 255 characters long."
+
+
+@pytest.mark.parametrize(("path", "system"), [("/etc", "/etc"), ("/run/docker.sock", "/run"), ("/var", "/var/run"),
+                                              ("/usr/local/lib", "/usr"), ("/proc/1", "/proc")])
+def test_it_rejects_mounting_over_the_jobs_system_directories(path, system):
+    """A mount path is inside the job: a tenant's share over /etc or the engine's socket path would
+    stand in for the system's own files (it never names a host path either way)."""
+    assert mount_path_error(path) == (
+        f"{path} is a system directory of the job's own file system ({system}); mount File Storage elsewhere, e.g. /mnt/data."
+    )
+
+
+@pytest.mark.parametrize("path", ["/simpleai", "/simpleai/work"])
+def test_it_rejects_the_platforms_own_mounts(path):
+    assert mount_path_error(path) == (
+        f"{path} overlaps /simpleai, which the platform mounts inside the job; mount File Storage elsewhere, e.g. /mnt/data."
+    )
 
 
 @pytest.mark.parametrize("url", ["", "s3://bucket/train.py", "s3://my.bucket-1/scripts/train.py"])
@@ -288,7 +311,7 @@ def test_it_rejects_duplicate_tag_keys():
 
 def test_it_reports_every_failing_field_at_once():
     errors = validate_job(valid(name="X", image_url="", command="", node_count=0, tags=tags(51)), CATALOGUE)
-    assert set(errors) == {"name", "image_url", "command", "node_count", "tags"}
+    assert set(errors) == {"name", "command", "node_count", "tags"}  # a blank image is the environment's
 
 
 def test_it_checks_only_the_given_fields_when_partial():

@@ -16,7 +16,7 @@ BEGIN
     -- the job's row first (what the foreign key check takes anyway; held until the end)
     PERFORM 1 FROM jobs_trainingjob WHERE id = NEW.job_id FOR KEY SHARE;
     -- held until this transaction ends; the two-int key space is apart from the bigint
-    -- advisory locks of jobs.locks and monitoring.rollup_runs (a hash collision only waits)
+    -- advisory locks of jobs.scheduling.locks and monitoring.rollup_runs (a hash collision only waits)
     PERFORM pg_advisory_xact_lock(mod(NEW.job_id, 2147483647)::int, hashtext(NEW.stream));
     -- the default id was drawn before the lock: draw again, now in the stream's commit order
     NEW.id := nextval('{sequence}'::regclass);

@@ -47,7 +47,7 @@ def place(job, node_name: str) -> None:
     """Put the job's first attempt on the node (GPUs 0 and 1): the node may then write its metrics."""
     from jobs import lifecycle
     from jobs.models import Node
-    from jobs.scheduling import Assignment
+    from jobs.scheduling.decision import Assignment
 
     node = Node.objects.get(name=node_name)
     lifecycle.start_attempt(job.pk, [Assignment(node.pk, node.name, (0, 1))])

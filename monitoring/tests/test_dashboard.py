@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from jobs import actions, lifecycle
 from jobs.models import Node, NodeGPU, Placement, ServerType
-from jobs.scheduling import Assignment
+from jobs.scheduling.decision import Assignment
 from jobs.tests.factories import logged_in
 from monitoring.usage import gpu_hours
 

@@ -9,7 +9,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 
-from console.sockets import CLOSE_NOT_FOUND, CLOSE_UNAUTHENTICATED
+from console.lib.sockets import CLOSE_NOT_FOUND, CLOSE_UNAUTHENTICATED
 from jobs.tests.ws import browser_socket, refusal, session_cookie, settled
 from monitoring import consumers
 from monitoring.events import logs_group

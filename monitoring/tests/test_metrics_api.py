@@ -48,6 +48,22 @@ def test_it_returns_one_line_per_gpu_with_the_primary_statistic(alice, job_with_
     assert (first[0]["value"], first[0]["sample_count"]) == (pytest.approx(51.0), 30)
 
 
+def test_the_lines_of_simulated_gpus_say_so(alice, job_with_samples):
+    from jobs.models import Node, NodeGPU, ServerType
+
+    node = Node.objects.create(name="node-a", server_type=ServerType.objects.get(name="g2"), address="127.0.0.1")
+    NodeGPU.objects.bulk_create([NodeGPU(node=node, index=i, uuid=f"GPU-sim-node-a-{i}", model="H100", memory_gb=80) for i in (0, 1)])
+    body = get(alice, job_with_samples, metric="GPUUtilization", start=NOW - 1200, end=NOW, period=300).json()
+    assert [(s["label"], s["simulated"]) for s in body["series"]] == [
+        ("node-a GPU 0 (simulated)", True), ("node-a GPU 1 (simulated)", True)]
+    # real GPUs (NVML's UUIDs) are not labelled; training metrics are the script's own
+    NodeGPU.objects.filter(node=node).update(uuid="GPU-5e3c1f6a-0d2b-4c1e-9f7a-2b8d3e4f5a6b")
+    body = get(alice, job_with_samples, metric="GPUUtilization", start=NOW - 1200, end=NOW, period=300).json()
+    assert [(s["label"], s["simulated"]) for s in body["series"]] == [("node-a GPU 0", False), ("node-a GPU 1", False)]
+    [loss] = get(alice, job_with_samples, metric="TrainingLoss", start=NOW - 1200, end=NOW, period=60).json()["series"]
+    assert (loss["label"], loss["simulated"]) == ("master", False)
+
+
 def test_the_statistic_and_a_gpu_filter_can_be_chosen(alice, job_with_samples):
     body = get(alice, job_with_samples, metric="GPUUtilization", statistic="Maximum", gpu=1,
                start="2025-03-10T11:40:00Z", end="2025-03-10T12:00:00Z", period=1200).json()

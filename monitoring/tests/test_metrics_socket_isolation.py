@@ -7,7 +7,7 @@ import time
 import pytest
 from asgiref.sync import sync_to_async
 
-from console.sockets import CLOSE_NOT_FOUND
+from console.lib.sockets import CLOSE_NOT_FOUND
 from jobs.tests.ws import job_socket, refusal, session_cookie, settled
 
 from .conftest import place

@@ -27,3 +27,18 @@ has_option() {
   done
   return 1
 }
+
+# `option_value NAME ARGS...`: the value of the launcher's own option NAME in ARGS (`NAME V` or
+# `NAME=V`, before the training script), or nothing.
+option_value() {
+  local name="$1" arg take=""
+  shift
+  for arg in "$@"; do
+    case "$arg" in *.py) return 0 ;; esac
+    if [ -n "$take" ]; then
+      printf '%s' "$arg"
+      return 0
+    fi
+    case "$arg" in "$name") take=1 ;; "$name"=*) printf '%s' "${arg#*=}"; return 0 ;; esac
+  done
+}

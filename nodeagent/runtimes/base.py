@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..environment import LAUNCHERS_DIR, training_environment
 from ..logstream import LogStream
 from ..protocol import Placement
+
+if TYPE_CHECKING:
+    from ..nodecache import JobLog
+    from ..requirements import PreparedOverlay
 
 LineSink = Callable[[str], None]
 LINE_LIMIT = 64 * 1024  # a longer run of bytes without a newline is shipped in pieces
@@ -28,12 +33,25 @@ class LaunchSpec:
     workdir: Path  # the command's working directory (fresh per attempt)
     output_dir: Path  # OUTPUT_DIR, uploaded after the exit
     env: dict[str, str]
+    # (name, node path) of each input synced for the placement: what $SIMPLEAI_INPUT_<NAME> names
+    inputs: tuple[tuple[str, Path], ...] = ()
+    # the node's cached project tree, laid under `workdir` copy-on-write (when `lays_projects`)
+    project: Path | None = None
+    # the job's requirements.txt installed for its image (a PYTHONUSERBASE; containers mount it read-only)
+    requirements: Path | None = None
 
 
 @dataclass(frozen=True)
 class ExitStatus:
     exit_code: int | None  # None when killed by a signal
     signal: int | None
+
+    @property
+    def signal_name(self) -> str:
+        try:
+            return signal.Signals(self.signal or 0).name
+        except ValueError:
+            return str(self.signal)
 
 
 class Execution(ABC):
@@ -42,6 +60,10 @@ class Execution(ABC):
     # What the agent writes down so that, after an agent restart, it can find and stop a
     # command it no longer watches (see supervisor.recover): JSON-serialisable.
     marker: dict[str, Any]
+    # what the command can reach on the node, for the job's "Isolation: …" line ("": not said)
+    isolation: str = ""
+    # what it used, once it has ended (peak memory, CPU time), for the job's log ("": unknown)
+    resources: str = ""
 
     @abstractmethod
     async def wait(self) -> ExitStatus:
@@ -51,19 +73,37 @@ class Execution(ABC):
     async def stop(self, grace: float) -> None:
         """SIGTERM, up to `grace` seconds, then SIGKILL; returns when the command is gone."""
 
+    async def release(self) -> None:
+        """After the exit report and the output upload: give back what the placement held on the
+        node (its files, its Unix user). Called once, whatever happened."""
+        return None  # most runtimes hold nothing beyond the command
+
 
 class Runtime(ABC):
     name: str
-    inherits_environment: bool  # the process runtime passes the agent's PATH, HOME, ... along
+    inherits_environment: bool  # the process runtime passes the agent's PATH, LANG, ... along (an allow-list)
     builds_environments: bool  # the process runtime builds the job's training environment on the node
+    pass_env: tuple[str, ...] = ()  # names of the agent's environment the operator passes on (--pass-env)
+    installs_requirements = False  # a workdir's requirements.txt is installed by `run_build` (process runtime)
+    # the end of the "Environment ready" line: what the command is about to run in
+    ready_words = "the command runs as a process on this node (no container)"
+    uses_image = False  # the job's AI Training Image is pulled and run (containers)
 
     def __init__(self, real_gpus: bool) -> None:
         self.real_gpus = real_gpus
 
+    def lays_projects(self, work_dir: Path) -> bool:
+        """Whether a job's project can be a copy-on-write view of the node's cached tree
+        (LaunchSpec.project) instead of a copy in its working directory. Blocking."""
+        return False
+
     def environment(self, placement: Placement, output_dir: Path) -> dict[str, str]:
+        """The command's environment; under the process runtime the agent's own by its allow-list
+        (nodeagent.environment.inherited) and the operator's --pass-env names."""
         return training_environment(
             placement, output_dir=output_dir, base=os.environ if self.inherits_environment else None,
             cuda_visible_devices=self.real_gpus and self.inherits_environment, cpu_node=not self.real_gpus,
+            pass_env=self.pass_env,
         )
 
     def with_launchers(self, env: dict[str, str]) -> dict[str, str]:
@@ -71,6 +111,24 @@ class Runtime(ABC):
         they join every node of a job into one world without ssh."""
         rest = [p for p in env.get("PATH", os.defpath).split(os.pathsep) if p and p != str(LAUNCHERS_DIR)]
         return {**env, "PATH": os.pathsep.join([str(LAUNCHERS_DIR), *rest])}
+
+    def placement_problem(self, placement: Placement, workdir: Path, output_dir: Path) -> str:
+        """Why this node can never run the placement ("" when it can), e.g. a File Storage mount
+        path without File Storage here: checked before any preparation (blocking: call it in a thread)."""
+        return ""
+
+    async def run_build(self, placement: Placement, directory: Path, command: str, env: dict[str, str],
+                        sink: LineSink) -> int:
+        """Run a build step (pip) for the placement as its job's user, never root, in `directory`;
+        returns its exit code (128 + N when killed by signal N)."""
+        raise NotImplementedError(f"the {self.name} runtime builds nothing on the node")
+
+    async def image_requirements(self, project: Path, placement: Placement, tenant: str, root: Path, log: JobLog,
+                                 inherited: dict[str, str], hold: Callable[[Path], None]) -> PreparedOverlay | None:
+        """A runtime that does not `installs_requirements` with `run_build` may install a project's
+        requirements.txt its own way (the job's image: Docker) into the cache under `root`, returning
+        a requirements.PreparedOverlay; None: it does not (the job's log says so)."""
+        return None
 
     @abstractmethod
     async def prepare_image(self, placement: Placement, log: LogStream) -> None:

@@ -1,10 +1,10 @@
 """The Docker runtime: the command runs in the job's image, through any Docker Engine API.
 
 The engine is the one `DOCKER_HOST` names (Docker on GPU nodes; Podman's Docker-compatible
-service works too). The container sees the same paths as the process runtime would (working
-directory, OUTPUT_DIR, CHECKPOINT_VENDOR, the volume mount path are bind-mounted at identical
-paths), so the environment contract is the same for both runtimes. The SDK is blocking:
-every call goes through `asyncio.to_thread`.
+service works too). What the container is made of (its unprivileged user, its mounts at fixed
+paths under /simpleai, the tenant's File Storage share, the contract's environment) is
+container_spec's; here is how it is pulled, started, followed, stopped and cleaned up. The SDK
+is blocking: every call goes through `asyncio.to_thread`.
 
 Every container carries labels naming its node, job, attempt and role: an agent that starts
 removes the containers of its node that it did not start itself (`remove_strays`), so a
@@ -21,82 +21,43 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..environment import LAUNCHERS_DIR, VENDOR_DIR
+from ..environment import LAUNCHERS_DIR
+from ..fileshare import placement_share
+from ..jobusers import IdentityPool, JobIdentity
 from ..logstream import LogStream
-from ..protocol import Placement
+from ..protocol import Placement, placement_key
+from ..requirements import PreparedOverlay, RequirementsFailed
 from . import pulls
 from .base import LINE_LIMIT, Execution, ExitStatus, ImageError, LaunchSpec, LineSink, Runtime, pump_lines
+from .container_spec import CONTAINER_ROOT, LABEL_PREFIX, build_run_kwargs, hand_back, hand_over
+from .docker_requirements import ImageRequirements
+from .engine import find_engine
 
 log = logging.getLogger(__name__)
 
-LABEL_PREFIX = "simpleai."
 PULL_READ_TIMEOUT = 1800  # seconds without a pull event (a big layer may give none) before giving up
 LOG_DRAIN_SECONDS = 5.0  # after the exit, time for the engine to deliver the last lines
 API_TIMEOUT_SECONDS = 60  # an engine call's read timeout (docker's own default), logs and waits aside
 
-
-def container_name(placement: Placement) -> str:
-    return f"simpleai-job{placement['job_id']}-attempt{placement['attempt']}-{placement['role']}"
-
-
-def container_labels(placement: Placement, node_name: str) -> dict[str, str]:
-    return {
-        f"{LABEL_PREFIX}node": node_name,
-        f"{LABEL_PREFIX}job": str(placement["job_id"]),
-        f"{LABEL_PREFIX}job-name": placement["job_name"],
-        f"{LABEL_PREFIX}attempt": str(placement["attempt"]),
-        f"{LABEL_PREFIX}role": placement["role"],
-    }
-
-
-def build_run_kwargs(spec: LaunchSpec, real_gpus: bool, node_name: str = "", vendor_dir: Path = VENDOR_DIR) -> dict[str, Any]:
-    """The keyword arguments of `client.containers.run` for one placement (pure: unit-tested)."""
-    from docker.types import DeviceRequest
-
-    placement = spec.placement
-    volumes: dict[str, dict[str, str]] = {
-        str(spec.workdir): {"bind": str(spec.workdir), "mode": "rw"},  # script in, OUTPUT_DIR out
-        str(vendor_dir): {"bind": str(vendor_dir), "mode": "ro"},  # CHECKPOINT_VENDOR
-        str(LAUNCHERS_DIR): {"bind": str(LAUNCHERS_DIR), "mode": "ro"},  # deepspeed/accelerate wrappers
-    }
-    if placement.get("mount_path"):
-        # the File Storage volume is mounted on the node at the job's mount path
-        volumes[placement["mount_path"]] = {"bind": placement["mount_path"], "mode": "rw"}
-    kwargs: dict[str, Any] = {
-        "image": placement["image"],
-        "command": ["bash", "-c", placement["command"]],
-        "name": container_name(placement),
-        "environment": dict(spec.env),
-        "working_dir": str(spec.workdir),
-        "volumes": volumes,
-        "network_mode": "host",  # torch.distributed rendezvous on MASTER_ADDR:MASTER_PORT across nodes
-        # an init as PID 1 passes the stop signal on (bash as PID 1 would ignore SIGTERM, so
-        # every stop would last the whole grace period) and reaps the command's children
-        "init": True,
-        "labels": container_labels(placement, node_name),
-        "detach": True,
-    }
-    if placement.get("shm_size_gb"):
-        kwargs["shm_size"] = f"{placement['shm_size_gb']}g"
-    if real_gpus and placement["gpu_indices"]:
-        # inside the container the GPUs are renumbered from 0: no CUDA_VISIBLE_DEVICES needed
-        kwargs["device_requests"] = [DeviceRequest(
-            device_ids=[str(index) for index in placement["gpu_indices"]], capabilities=[["gpu"]],
-        )]
-    return kwargs
+__all__ = ["DockerExecution", "DockerRuntime", "build_run_kwargs", "find_engine"]
 
 
 class DockerExecution(Execution):
-    """A started container: its stdout and stderr followed like a process's two pipes."""
+    """A started container: its stdout and stderr followed like a process's two pipes.
 
-    def __init__(self, container: Any, sink: LineSink, logs_api: Any = None) -> None:
+    `ended` runs (in a thread) once the container is removed: it hands the job's files and Unix
+    user back (`owner` in the marker says which, for an agent that restarts in between)."""
+
+    def __init__(self, container: Any, sink: LineSink, logs_api: Any = None,
+                 owner: dict[str, Any] | None = None, ended: Callable[[], None] | None = None) -> None:
         self.container = container
         self._logs_api = logs_api  # follows the output without a read timeout (None: the container's own client)
-        self.marker = {"container": container.id, "name": getattr(container, "name", "")}
+        self.marker = {"container": container.id, "name": getattr(container, "name", ""), **(owner or {})}
+        self._ended = ended
         self._stopping = False
         loop = asyncio.get_running_loop()
         self._pumps: list[asyncio.Task[None]] = []
@@ -132,6 +93,9 @@ class DockerExecution(Execution):
         # removed only now: the exit code and the last lines have been collected
         with contextlib.suppress(Exception):  # already gone (an operator removed it)
             await asyncio.to_thread(self.container.remove, force=True)
+        if self._ended is not None:
+            ended, self._ended = self._ended, None
+            await asyncio.to_thread(ended)
         code = int(result.get("StatusCode", -1))
         if self._stopping and code - 128 in (signal.SIGTERM, signal.SIGKILL):
             return ExitStatus(exit_code=None, signal=code - 128)
@@ -148,17 +112,26 @@ class DockerRuntime(Runtime):
     name = "docker"
     inherits_environment = False
     builds_environments = False  # the job's image provides its training environment
+    ready_words = "sidecar container is running and ready for training process to run!"  # the seed's words
+    uses_image = True
 
-    def with_launchers(self, env: dict[str, str]) -> dict[str, str]:
-        # The container's PATH is the image's own, which an environment variable cannot extend:
-        # `bash -c` reads BASH_ENV first, and that script puts the wrappers before it.
-        return {**env, "SIMPLEAI_LAUNCHERS": str(LAUNCHERS_DIR), "BASH_ENV": str(LAUNCHERS_DIR / "bash_env.sh")}
     # after the first try, a registry that does not answer is asked again after each delay
     pull_retry_delays: tuple[float, ...] = (2.0, 5.0)
 
+    def with_launchers(self, env: dict[str, str]) -> dict[str, str]:
+        # The container's PATH is the image's own, which an environment variable cannot extend:
+        # `bash -c` reads BASH_ENV first, and that script puts the wrappers before it. (Node
+        # paths: build_run_kwargs gives them as the container sees them.)
+        return {**env, "SIMPLEAI_LAUNCHERS": str(LAUNCHERS_DIR), "BASH_ENV": str(LAUNCHERS_DIR / "bash_env.sh")}
+
     def __init__(self, real_gpus: bool, client: Any = None, node_name: str = "", pull_client: Any = None,
-                 logs_client: Any = None) -> None:
+                 logs_client: Any = None, *, identities: IdentityPool | None = None,
+                 file_storage_root: Path | None = None) -> None:
+        """`identities`: the Unix users placements run as (the machine's defaults when not given);
+        `file_storage_root`: the operator's File Storage (--file-storage-root), None when none."""
         super().__init__(real_gpus)
+        self.identities = identities or IdentityPool()
+        self.file_storage_root = file_storage_root
         if client is None:
             import docker
 
@@ -269,22 +242,59 @@ class DockerRuntime(Runtime):
     # -- the container --------------------------------------------------------------------
 
     async def start(self, spec: LaunchSpec, sink: LineSink) -> Execution:
-        if await self._image_id(spec.placement["image"]) is None:
+        placement = spec.placement
+        # first: a job that cannot have its File Storage fails at once, saying why
+        share = await asyncio.to_thread(placement_share, placement, self.file_storage_root, self.identities.tenant_gid,
+                                        self.node_name or "this node", [CONTAINER_ROOT])
+        if await self._image_id(placement["image"]) is None:
             # preparation was skipped (a warm start reuses an earlier job's environment) and
             # the image has left the engine since: pull it with the job's credentials, or the
             # engine would try without them
-            await self.prepare_image(spec.placement, _LinesAsLog(sink))
-        kwargs = build_run_kwargs(spec, self.real_gpus, self.node_name)
-        name = kwargs["name"]
-        self._names.add(name)
-        await self._remove_leftover(name)
+            await self.prepare_image(placement, _LinesAsLog(sink))
+        user = await asyncio.to_thread(self._allocate, placement)
+        ended = _Release(spec, user)
         try:
-            container = await asyncio.to_thread(self.client.containers.run, **kwargs)
-        except Exception:
-            # `run` is create + start: a container that was created but did not start stays
+            try:
+                await asyncio.to_thread(hand_over, spec.workdir, spec.output_dir, user.uid, user.gid)
+            except PermissionError as exc:
+                raise PermissionError(f"the job runs as a Unix user of its own, and this node's agent may not hand it its "
+                                      f"working directory (run the agent as root): {exc}") from None
+            kwargs = build_run_kwargs(spec, self.real_gpus, self.node_name, user=user, share=share)
+            name = kwargs["name"]
+            self._names.add(name)
             await self._remove_leftover(name)
+            try:
+                container = await asyncio.to_thread(self.client.containers.run, **kwargs)
+            except Exception:
+                # `run` is create + start: a container that was created but did not start stays
+                await self._remove_leftover(name)
+                raise
+        except BaseException:
+            await asyncio.to_thread(ended)
             raise
-        return DockerExecution(container, sink, self.logs_api)
+        owner = {"uid": user.uid, "workdir": str(spec.workdir), "output_dir": str(spec.output_dir)}
+        return DockerExecution(container, sink, self.logs_api, owner=owner, ended=ended)
+
+    async def image_requirements(self, project: Path, placement: Placement, tenant: str, root: Path, log: JobLog,
+                                 inherited: dict[str, str], hold: Callable[[Path], None]) -> PreparedOverlay | None:
+        """requirements.txt installed with the image's Python, as the job's tenant (docker_requirements)."""
+        builder = ImageRequirements(self.client, self.logs_api or self.client.api, self.node_name, self._allocate)
+        try:
+            return await builder.prepare(project, placement, tenant, root, log, inherited, hold)
+        except (RequirementsFailed, OSError):
+            raise
+        except Exception as exc:  # the engine refused the build's container
+            raise RequirementsFailed(f"requirements.txt could not be installed: its container did not run: {exc}") from exc
+
+    def _allocate(self, placement: Placement, purpose: str = "") -> JobIdentity:
+        """The placement's own Unix user, in its tenant's group (a group of its own when the
+        console did not say whose job it is: it then shares nothing)."""
+        tenant = placement.get("tenant")
+        key = f"{self.node_name}/{placement_key(placement['job_id'], placement['attempt'], placement['role'])}{purpose}"
+        user = self.identities.allocate(key, int(tenant["id"]) if tenant else 0)
+        if not tenant:
+            user.gid = user.uid
+        return user
 
     async def _remove_leftover(self, name: str) -> None:
         """A container of the same name from a crashed agent would make `run` fail with 409."""
@@ -299,6 +309,13 @@ class DockerRuntime(Runtime):
         with contextlib.suppress(Exception):  # NotFound: it is already gone
             container = await asyncio.to_thread(self.client.containers.get, ref)
             await self._stop_and_remove(container, grace)
+        uid = marker.get("uid")
+        # the marker is the agent's own file, beside (not inside) the job's directory; a user
+        # outside the job range is never handed anything back
+        if isinstance(uid, int) and uid in self.identities.uids and marker.get("workdir"):
+            workdir = Path(marker["workdir"])
+            with contextlib.suppress(OSError):
+                await asyncio.to_thread(hand_back, workdir, Path(marker.get("output_dir") or workdir / "output"), uid)
 
     async def remove_strays(self, grace: float) -> list[str]:
         """Stop and remove this node's containers that this agent process did not start.
@@ -335,6 +352,21 @@ class DockerRuntime(Runtime):
             await asyncio.to_thread(container.remove, force=True)
 
 
+class _Release:
+    """Once the container is gone: the job's files back to the agent, then its user back to the pool."""
+
+    def __init__(self, spec: LaunchSpec, user: JobIdentity) -> None:
+        self.spec, self.user = spec, user
+
+    def __call__(self) -> None:
+        try:
+            hand_back(self.spec.workdir, self.spec.output_dir, self.user.uid)
+        except OSError:  # the user stays taken: better than handing its files to a stranger
+            log.exception("could not hand the files of %s back; its user %d stays reserved", self.spec.workdir, self.user.uid)
+            return
+        self.user.release()
+
+
 class JobLog(Protocol):
     def info(self, text: str) -> None: ...
 
@@ -356,36 +388,3 @@ class _LinesAsLog:
 
 def _short(image_id: str | None) -> str:
     return (image_id or "unknown").removeprefix("sha256:")[:12]
-
-
-def find_engine(environ: Mapping[str, str] | None = None, timeout: float = 3.0) -> tuple[str, str] | None:
-    """The first Docker Engine API that answers: `(url, "Docker Engine 27.1" | "Podman Engine 4.3.1")`.
-
-    `$DOCKER_HOST` when it is set (and only it), else Docker's socket, then rootful Podman's.
-    """
-    import docker
-
-    environ = os.environ if environ is None else environ
-    if environ.get("DOCKER_HOST"):
-        candidates = [environ["DOCKER_HOST"]]
-    else:
-        candidates = ["unix:///var/run/docker.sock", "unix:///run/podman/podman.sock"]
-    for url in candidates:
-        if url.startswith("unix://") and not Path(url.removeprefix("unix://")).exists():
-            continue
-        try:
-            client = docker.from_env(environment={**environ, "DOCKER_HOST": url}, timeout=int(timeout))
-        except Exception:
-            continue
-        try:
-            version = client.version()
-        except Exception:
-            continue
-        finally:
-            client.close()
-        components = version.get("Components") or [{}]
-        product = components[0].get("Name") or "Docker Engine API"
-        if product == "Engine":
-            product = "Docker Engine"
-        return url, f"{product} {version.get('Version', '')}".strip()
-    return None

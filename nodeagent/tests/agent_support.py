@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -22,6 +23,7 @@ from nodeagent.config import AgentConfig
 from nodeagent.connection import Backoff
 from nodeagent.gpus import SimulatedBackend
 from nodeagent.runtimes.process import ProcessRuntime
+from nodeagent.sandbox import SandboxSettings, why_unconfined
 
 
 def make_placement(**overrides: Any) -> protocol.Placement:
@@ -48,10 +50,9 @@ class FakeConsole:
     """Records every agent message; answers hello with welcome + desired; acks unless told not to."""
 
     def __init__(self, placements: list[protocol.Placement] | None = None,
-                 object_storage: protocol.ObjectStorage | None = None) -> None:
+                 welcome_extra: dict[str, Any] | None = None) -> None:
         self.placements = list(placements or [])
-        self.object_storage = object_storage or protocol.ObjectStorage(
-            endpoint_url="", access_key="", secret_key="", results_bucket="results")
+        self.welcome_extra = dict(welcome_extra or {})  # e.g. what an older console also sent
         self.hellos: list[dict[str, Any]] = []
         self.messages: list[dict[str, Any]] = []  # logs/attempt/heartbeat, every connection, in arrival order
         self.connections: list[ServerConnection] = []
@@ -59,6 +60,7 @@ class FakeConsole:
         self.ack = True
         self.batch_limit: int | None = None  # set: the welcome lets the agent batch its frames
         self.frame_sizes: list[int] = []  # messages in each frame after hello, every connection
+        self.refuse_hellos = 0  # this many hellos (the next ones) are refused: the node is in use (4423)
         # called with (connection, message) after each message is recorded: scripted misbehaviour
         self.on_message: Callable[[ServerConnection, dict[str, Any]], Any] | None = None
 
@@ -66,7 +68,15 @@ class FakeConsole:
         self.connections.append(ws)
         hello = json.loads(await ws.recv())
         self.hellos.append(hello)
-        welcome = protocol.Welcome(type="welcome", node_id=1, heartbeat_interval=0.5, object_storage=self.object_storage)
+        if self.refuse_hellos:
+            self.refuse_hellos -= 1
+            await ws.send(json.dumps(protocol.Error(type="error", message="node 'test-node' is connected over another connection")))
+            await ws.close(protocol.CLOSE_NODE_IN_USE)
+            return
+        welcome: dict[str, Any] = {
+            **protocol.Welcome(type="welcome", node_id=1, heartbeat_interval=0.5, resume=f"secret-{len(self.hellos)}"),
+            **self.welcome_extra,
+        }
         if self.batch_limit is not None:
             welcome["batch_limit"] = self.batch_limit
         await ws.send(json.dumps(welcome))
@@ -122,10 +132,26 @@ async def running_console(console: FakeConsole, port: int = 0) -> AsyncIterator[
         yield server.sockets[0].getsockname()[1]
 
 
+def process_runtime(config: AgentConfig | None = None, **sandbox: Any) -> ProcessRuntime:
+    """The process runtime as `python -m nodeagent` makes it: each placement in its own sandbox
+    where the tests run as root (they do in CI), as the test's own user elsewhere. `sandbox`:
+    more SandboxSettings (e.g. extra_device_rules)."""
+    if os.geteuid() != 0 or (config is not None and config.no_isolation):
+        return ProcessRuntime(real_gpus=False, unconfined=why_unconfined())
+    settings = SandboxSettings(
+        identities=config.identities if config else SandboxSettings().identities,
+        file_storage_root=config.file_storage_root if config else None,
+        readable=(config.env_cache,) if config and config.env_cache else (), node_name=config.name if config else "test-node",
+        **sandbox,
+    )
+    return ProcessRuntime(real_gpus=False, sandbox=settings)
+
+
 @contextlib.asynccontextmanager
-async def running_agent(config: AgentConfig) -> AsyncIterator[Agent]:
+async def running_agent(config: AgentConfig, runtime: ProcessRuntime | None = None) -> AsyncIterator[Agent]:
     """An agent in this event loop with simulated GPUs and the process runtime; stopped on exit."""
-    agent = Agent(config, SimulatedBackend(config.name, 2, config.server_type), ProcessRuntime(real_gpus=False))
+    runtime = runtime or process_runtime(config)
+    agent = Agent(config, SimulatedBackend(config.name, 2, config.server_type), runtime)
     agent.connection.backoff = Backoff(initial=0.05, maximum=0.2)  # tests don't wait seconds to reconnect
     stop = asyncio.Event()
     task = asyncio.create_task(agent.run(stop))

@@ -1,325 +1,48 @@
-"""The Docker runtime without a Docker engine: the arguments it builds, how it pulls and reads
-pull errors, how it follows and stops a container, what it removes at agent start.
+"""The Docker runtime without a Docker engine: how it follows and stops a container, the user and
+files it hands each one, what it removes at agent start (the container's arguments:
+test_agent_docker_run_args.py; pulls: test_agent_docker_pulls.py).
 
 The same runtime against a real engine (Podman's Docker API and a private registry) is tested
-in jobs/tests/e2e/test_containers.py and test_container_pulls.py.
+in jobs/tests/e2e/test_containers.py, test_container_isolation.py and test_container_pulls.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
+import os
 from pathlib import Path
 
 import pytest
-import requests
 from docker import errors
 
-from nodeagent.environment import LAUNCHERS_DIR, VENDOR_DIR
-from nodeagent.logstream import LogStream, Outbox
-from nodeagent.runtimes import ImageError, LaunchSpec, pulls
-from nodeagent.runtimes.docker import DockerExecution, DockerRuntime, build_run_kwargs, find_engine
-from nodeagent.runtimes.pulls import PullError, classify, failure_message
-from nodeagent.spool import Spool
-from nodeagent.tests.agent_support import make_placement
-
-IMAGE = "registry.example.com/team/train:1"
-
-
-def _spec(tmp_path: Path, **overrides) -> LaunchSpec:
-    placement = make_placement(**overrides)
-    workdir = tmp_path / "jobs/7/attempt-1/master"
-    return LaunchSpec(placement, workdir, workdir / "output", {"JOB_NAME": "demo-job"})
-
-
-def _api_error(status: int, explanation: str) -> errors.APIError:
-    response = requests.Response()
-    response.status_code, response.url, response.reason = status, "http+docker://localhost/images/create", "x"
-    return errors.APIError("pull", response=response, explanation=explanation)
-
-
-# -- the container it asks for --------------------------------------------------------------
-
-
-def test_it_builds_the_container_of_a_placement(tmp_path):
-    spec = _spec(tmp_path, gpu_indices=[2, 3], shm_size_gb=64, mount_path="/mnt/experiment", command="torchrun train.py")
-    kwargs = build_run_kwargs(spec, real_gpus=True, node_name="gpu-node-3")
-    workdir = str(spec.workdir)
-    assert kwargs["image"] == IMAGE
-    assert kwargs["command"] == ["bash", "-c", "torchrun train.py"]
-    assert kwargs["environment"] == {"JOB_NAME": "demo-job"}
-    assert kwargs["shm_size"] == "64g"
-    assert kwargs["network_mode"] == "host"
-    assert kwargs["init"] is True  # the stop signal reaches the command; children are reaped
-    assert kwargs["working_dir"] == workdir and kwargs["detach"] is True
-    assert kwargs["volumes"] == {
-        workdir: {"bind": workdir, "mode": "rw"},
-        str(VENDOR_DIR): {"bind": str(VENDOR_DIR), "mode": "ro"},
-        str(LAUNCHERS_DIR): {"bind": str(LAUNCHERS_DIR), "mode": "ro"},  # the deepspeed/accelerate wrappers
-        "/mnt/experiment": {"bind": "/mnt/experiment", "mode": "rw"},
-    }
-    assert kwargs["labels"] == {
-        "simpleai.node": "gpu-node-3", "simpleai.job": "7", "simpleai.job-name": "demo-job",
-        "simpleai.attempt": "1", "simpleai.role": "master",
-    }
-    assert kwargs["name"] == "simpleai-job7-attempt1-master"
-    [request] = kwargs["device_requests"]
-    assert request["DeviceIDs"] == ["2", "3"] and request["Capabilities"] == [["gpu"]]
-    assert request["Driver"] == "" and request["Count"] == 0  # exactly these GPUs, not "any N"
-
-
-def test_simulated_gpus_request_no_devices_and_no_shm_means_the_default(tmp_path):
-    kwargs = build_run_kwargs(_spec(tmp_path, shm_size_gb=0, mount_path=""), real_gpus=False)
-    assert "device_requests" not in kwargs and "shm_size" not in kwargs
-    assert len(kwargs["volumes"]) == 3  # working directory, checkpoint library, launcher wrappers
-
-
-def test_the_environment_is_the_contract_without_the_agents_own(tmp_path, monkeypatch):
-    monkeypatch.setenv("NODEAGENT_TOKEN", "agent-secret")
-    monkeypatch.setenv("HOME", "/root-of-the-agent")
-    runtime = DockerRuntime(real_gpus=True, client=FakeClient(), node_name="n")
-    env = runtime.environment(make_placement(gpu_indices=[4, 5]), tmp_path / "out")
-    assert env["MASTER_ADDR"] == "127.0.0.1" and env["OUTPUT_DIR"] == str(tmp_path / "out")
-    assert env["CHECKPOINT_VENDOR"] == str(VENDOR_DIR)
-    # the image brings its own PATH and HOME; the device request renumbers the GPUs from 0
-    assert not {"NODEAGENT_TOKEN", "HOME", "PATH", "CUDA_VISIBLE_DEVICES"} & env.keys()
-
-
-# -- pull errors ----------------------------------------------------------------------------
-
-PODMAN = "initializing source docker://127.0.0.1:5055/team/minbase:{tag}: reading manifest {tag} in 127.0.0.1:5055/team/minbase: "
-
-
-@pytest.mark.parametrize(("exc", "kind"), [
-    (_api_error(401, "unauthorized: authentication required"), pulls.AUTHENTICATION),
-    (_api_error(500, "Head \"https://r/v2/team/x/manifests/1\": unauthorized: authentication required"), pulls.AUTHENTICATION),
-    (errors.ImageNotFound("unauthorized: authentication required"), pulls.AUTHENTICATION),
-    (RuntimeError(PODMAN.format(tag="1") + "unauthorized: authentication required"), pulls.AUTHENTICATION),
-    (PullError("?", "pull access denied for team/x, repository does not exist or may require 'docker login'"), "?"),
-    (RuntimeError("pull access denied for team/x, repository does not exist or may require 'docker login'"), pulls.AUTHENTICATION),
-    (_api_error(500, "Get https://r/v2/: unauthorized: incorrect username or password"), pulls.AUTHENTICATION),
-    (errors.ImageNotFound("404 Client Error: Not Found (\"manifest unknown\")"), pulls.NOT_FOUND),
-    (_api_error(404, "manifest for team/x:9 not found: manifest unknown: manifest unknown"), pulls.NOT_FOUND),
-    (RuntimeError(PODMAN.format(tag="nope") + "manifest unknown: manifest unknown"), pulls.NOT_FOUND),
-    (RuntimeError("name unknown: repository name not known to registry"), pulls.NOT_FOUND),
-    (_api_error(400, "invalid reference format"), pulls.INVALID_REFERENCE),
-    (errors.InvalidRepository("Invalid repository name"), pulls.INVALID_REFERENCE),
-    (_api_error(500, "normalizing image: normalizing name for compat API: repository name must be lowercase"), pulls.INVALID_REFERENCE),
-    (RuntimeError("initializing source docker://127.0.0.1:5056/team/minbase:1: pinging container registry 127.0.0.1:5056: "
-                  "Get \"https://127.0.0.1:5056/v2/\": dial tcp 127.0.0.1:5056: connect: connection refused"), pulls.UNREACHABLE),
-    (_api_error(500, "Get \"https://r.example.com/v2/\": dial tcp: lookup r.example.com: no such host"), pulls.UNREACHABLE),
-    (_api_error(500, "Get \"https://r/v2/\": net/http: TLS handshake timeout"), pulls.UNREACHABLE),
-    (_api_error(503, "received unexpected HTTP status: 503 Service Unavailable"), pulls.UNREACHABLE),
-    (_api_error(500, "Get \"https://r/v2/\": http: server gave HTTP response to HTTPS client"), pulls.OTHER),
-    (_api_error(500, "Get \"https://r/v2/\": x509: certificate signed by unknown authority"), pulls.OTHER),
-    (_api_error(500, "write /var/lib/docker/tmp/x: no space left on device"), pulls.OTHER),
-])
-def test_pull_errors_are_classified(exc, kind):
-    assert classify(exc) == kind
-
-
-@pytest.mark.parametrize(("kind", "credentials", "says"), [
-    (pulls.AUTHENTICATION, True, f"Image pull failed on node-a: authentication failed for {IMAGE}: the registry refused the job's user ID and password"),
-    (pulls.AUTHENTICATION, False, f"authentication failed for {IMAGE}: the registry wants a user ID and password, and the job gives none"),
-    (pulls.NOT_FOUND, True, f"image not found: {IMAGE} does not exist in its registry (check the repository name and the tag)"),
-    (pulls.INVALID_REFERENCE, True, f"invalid image reference {IMAGE}"),
-    (pulls.UNREACHABLE, True, f"registry unreachable for {IMAGE} (3 tries)"),
-    (pulls.OTHER, True, f"pull failed for {IMAGE}"),
-])
-def test_a_failed_pull_says_which_failure_and_what_the_engine_said(kind, credentials, says):
-    message = failure_message("node-a", IMAGE, PullError(kind, "the engine's words"), credentials, 3)
-    assert says in message
-    assert message.endswith(". The engine said: the engine's words")
-
-
-def test_a_failure_message_never_repeats_the_password_and_fits_a_status_reason():
-    password = "S3cret-Pass"
-    error = PullError(pulls.OTHER, f"login with {password} failed " + "x" * 2000)
-    message = failure_message("node-a", IMAGE, error, True, 1, pulls.secret_forms("trainer", password))
-    assert password not in message and len(message) <= 480
-    assert "login with" not in message  # the end of a long chain is kept, not its start
-
-
-def test_secret_forms_cover_the_auth_header_encodings():
-    forms = pulls.secret_forms("trainer", "pw")
-    assert forms[0] == "pw" and "dHJhaW5lcjpwdw==" in forms  # base64("trainer:pw")
-    assert pulls.secret_forms("trainer", "") == []
-
-
-# -- pulling --------------------------------------------------------------------------------
-
-
-class FakeImage:
-    def __init__(self, image_id: str) -> None:
-        self.id, self.attrs = image_id, {"Size": 121_000_000}
-
-
-class FakeImages:
-    def __init__(self, present: dict[str, str]) -> None:
-        self.present = present
-
-    def get(self, name):
-        if name not in self.present:
-            raise errors.ImageNotFound(f"No such image: {name}")
-        return FakeImage(self.present[name])
-
-
-class FakeApi:
-    """`pull` plays one list of events per call (the last one again when they run out)."""
-
-    def __init__(self, client, *calls):
-        self.client, self.scripts, self.calls = client, list(calls) or [[]], []
-
-    def pull(self, repository, tag, stream, decode, auth_config):
-        self.calls.append((repository, tag, auth_config))
-        events = self.scripts[min(len(self.calls), len(self.scripts)) - 1]
-        if isinstance(events, Exception):
-            raise events
-        yield from events
-        if not any("error" in e for e in events):
-            self.client.images.present.setdefault(f"{repository}:{tag}", "sha256:" + "ab12" * 16)
-
-
-class FakeClient:
-    def __init__(self, present=(), *calls):
-        self.images = FakeImages({name: "sha256:" + "cd34" * 16 for name in present})
-        self.api = FakeApi(self, *calls)
-
-
-def _prepare(tmp_path, client, delays=(0.0, 0.0), **overrides):
-    spool = Spool(tmp_path / "spool")
-    log = LogStream(Outbox(spool), 7, 1, "master")
-    runtime = DockerRuntime(real_gpus=False, client=client, node_name="node-a")
-    runtime.pull_retry_delays = delays
-
-    async def go():
-        try:
-            await runtime.prepare_image(make_placement(**overrides), log)
-        finally:
-            log.flush()
-
-    lines: list[str] = []
-    try:
-        asyncio.run(go())
-    finally:
-        spool.sync()
-        lines[:] = [line[2] for _, text in spool.unsent(0) for line in json.loads(text)["lines"]]
-    return lines
-
-
-CREDENTIALS = {"username": "trainer", "password": "Reg-Pass-1"}
-
-
-def test_a_missing_image_is_pulled_with_the_registry_credentials(tmp_path):
-    client = FakeClient()
-    lines = _prepare(tmp_path, client, registry=CREDENTIALS)
-    assert client.api.calls == [("registry.example.com/team/train", "1", CREDENTIALS)]
-    assert lines[0] == f"[INFO] Pulling image {IMAGE} as registry user trainer"
-    assert lines[1].startswith(f"[INFO] Pulled image {IMAGE} (id ab12ab12ab12, 121 MB) in ") and lines[1].endswith(" s")
-
-
-def test_an_image_on_the_node_is_reused_once_the_registry_accepts_the_credentials(tmp_path):
-    client = FakeClient({IMAGE}, [{"status": "Already exists"}])
-    lines = _prepare(tmp_path, client, registry=CREDENTIALS)
-    assert client.api.calls == [("registry.example.com/team/train", "1", CREDENTIALS)]
-    assert lines[1].startswith(f"[INFO] Image {IMAGE} already on this node (id cd34cd34cd34): reused, nothing downloaded (registry check ")
-
-
-def test_an_image_on_the_node_does_not_run_for_a_job_the_registry_refuses(tmp_path):
-    """A private image pulled for one user must not run for another who cannot pull it."""
-    client = FakeClient({IMAGE}, [{"error": "unauthorized: authentication required"}])
-    with pytest.raises(ImageError, match=f"authentication failed for {IMAGE}: the registry wants a user ID and password"):
-        _prepare(tmp_path, client)
-
-
-def test_a_refused_pull_is_an_image_error_that_says_why(tmp_path):
-    client = FakeClient((), [{"status": "Pulling"}, {"error": PODMAN.format(tag="1") + "unauthorized: authentication required"}])
-    with pytest.raises(ImageError) as raised:
-        _prepare(tmp_path, client, registry={"username": "trainer", "password": "wrong"})
-    assert str(raised.value).startswith(f"Image pull failed on node-a: authentication failed for {IMAGE}: the registry refused")
-    assert len(client.api.calls) == 1  # a refusal is not retried
-
-
-def test_an_engine_error_before_the_stream_is_classified_too(tmp_path):
-    client = FakeClient((), _api_error(404, "manifest for team/x:9 not found: manifest unknown"))
-    with pytest.raises(ImageError, match=f"image not found: {IMAGE}"):
-        _prepare(tmp_path, client)
-
-
-UNREACHABLE = [{"error": "pinging container registry r: dial tcp 10.0.0.9:443: connect: connection refused"}]
-
-
-def test_an_unreachable_registry_is_retried_with_backoff_then_given_up(tmp_path, monkeypatch):
-    slept: list[float] = []
-    real_sleep = asyncio.sleep
-
-    async def sleep(seconds):
-        slept.append(seconds)
-        await real_sleep(0)
-
-    monkeypatch.setattr("nodeagent.runtimes.docker.asyncio.sleep", sleep)
-    client = FakeClient((), UNREACHABLE)
-    with pytest.raises(ImageError, match=rf"registry unreachable for {IMAGE} \(3 tries\)\. The engine said: .*connection refused"):
-        _prepare(tmp_path, client, delays=(2.0, 5.0))
-    assert len(client.api.calls) == 3 and slept == [2.0, 5.0]
-
-
-def test_a_registry_that_comes_back_within_the_retries_is_a_normal_pull(tmp_path):
-    client = FakeClient((), UNREACHABLE, [{"status": "Download complete"}])
-    lines = _prepare(tmp_path, client)
-    assert lines[1].startswith(f"[WARN] Registry unreachable for {IMAGE} (try 1 of 3): ") and lines[1].endswith("trying again in 0 s")
-    assert lines[2].startswith(f"[INFO] Pulled image {IMAGE} (id ") and lines[2].endswith(" after 2 tries")
-
-
-def test_an_unreachable_registry_falls_back_to_the_image_on_the_node(tmp_path):
-    client = FakeClient({IMAGE}, UNREACHABLE)
-    lines = _prepare(tmp_path, client)
-    assert lines[-1] == f"[WARN] Registry unreachable for {IMAGE} (3 tries); using the copy already on this node"
-
-
-def test_no_line_and_no_error_repeats_the_password(tmp_path):
-    password = "Reg-Pass-1"
-    client = FakeClient((), [{"error": f"unauthorized: bad credentials for trainer:{password}"}])
-    with pytest.raises(ImageError) as raised:
-        _prepare(tmp_path, client, registry=CREDENTIALS)
-    assert password not in str(raised.value) and "********" in str(raised.value)
-
-
-def test_latest_is_pulled_like_any_tag(tmp_path):
-    client = FakeClient({"team/x:latest"})
-    _prepare(tmp_path, client, image="team/x")
-    assert client.api.calls == [("team/x", "latest", None)]
-
-
-def test_a_job_without_an_image_cannot_run_in_a_container(tmp_path):
-    with pytest.raises(ImageError, match="the job names no image"):
-        _prepare(tmp_path, FakeClient(), image="")
+from nodeagent.fileshare import FileStorageUnavailable
+from nodeagent.jobusers import IdentityPool
+from nodeagent.runtimes.docker import DockerExecution, DockerRuntime, find_engine
+from nodeagent.tests.docker_fakes import (
+    CREDENTIALS,
+    IMAGE,
+    USER,
+    FakeClient,
+    FakeContainer,
+    launch_spec,
+)
+
+
+@pytest.fixture
+def job_users(tmp_path, monkeypatch) -> IdentityPool:
+    """The runtime's Unix users, their locks in the test's directory. Handing files to another
+    user needs root: without it the handing over is skipped (the real engine's tests check it)."""
+    if os.geteuid() != 0:
+        monkeypatch.setattr(os, "lchown", lambda *args, **kwargs: None)
+    return IdentityPool(lock_dir=tmp_path / "uids")
+
+
+def _runtime(client, job_users: IdentityPool, **options) -> DockerRuntime:
+    return DockerRuntime(real_gpus=False, client=client, node_name="node-a", identities=job_users, **options)
 
 
 # -- the container while it runs ------------------------------------------------------------
 
-
-class FakeContainer:
-    id = "c0ffee" * 10
-    name = "simpleai-job7-attempt1-master"
-
-    def __init__(self, stdout=(), stderr=(), status=0, labels=None):
-        self.stdout, self.stderr, self.status = list(stdout), list(stderr), status
-        self.labels = labels or {}
-        self.removed, self.stopped = False, None
-
-    def logs(self, **kwargs):
-        assert kwargs["follow"] and kwargs["stream"] and kwargs["stdout"] != kwargs["stderr"]
-        return iter(self.stdout if kwargs["stdout"] else self.stderr)
-
-    def wait(self):
-        return {"StatusCode": self.status}
-
-    def stop(self, timeout):
-        self.stopped = timeout
-
-    def remove(self, force):
-        self.removed = force
 
 
 def test_an_execution_ships_both_streams_cut_into_lines_and_reports_the_code():
@@ -375,23 +98,147 @@ class FakeContainers:
     def run(self, **kwargs):
         created = FakeContainer()
         created.name = kwargs["name"]
+        created.kwargs = kwargs
         self.by_name[kwargs["name"]] = created
         if self.fail_run:
-            raise errors.APIError("start failed: bind source path does not exist: /mnt/nowhere")
+            raise errors.APIError("start failed: no such device")
         return created
 
 
-def test_a_container_that_was_created_but_did_not_start_is_removed(tmp_path):
-    client = FakeClient()
+def _held(pool: IdentityPool) -> list[int]:
+    """The users of `pool` some placement holds now (their lock is taken)."""
+    import fcntl
+
+    held = []
+    for lock in sorted(pool.lock_dir.glob("*.lock")) if pool.lock_dir.exists() else []:
+        with open(lock) as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                held.append(int(lock.stem))
+    return held
+
+
+def test_a_container_that_was_created_but_did_not_start_is_removed(tmp_path, job_users):
+    client = FakeClient({IMAGE})
     client.containers = FakeContainers(fail_run=True)
-    runtime = DockerRuntime(real_gpus=False, client=client, node_name="node-a")
+    runtime = _runtime(client, job_users)
 
     async def go():
-        await runtime.start(_spec(tmp_path, mount_path="/mnt/nowhere"), lambda line: None)
+        await runtime.start(launch_spec(tmp_path), lambda line: None)
 
-    with pytest.raises(errors.APIError, match="bind source path"):
+    with pytest.raises(errors.APIError, match="no such device"):
         asyncio.run(go())
     assert client.containers.by_name["simpleai-job7-attempt1-master"].removed
+    assert _held(job_users) == []  # its user is free again
+
+
+def test_a_container_runs_as_a_user_of_its_own_given_back_once_it_is_gone(tmp_path, job_users):
+    client = FakeClient({IMAGE})
+    client.containers = FakeContainers()
+    runtime = _runtime(client, job_users)
+    spec = launch_spec(tmp_path, tenant={"id": 7, "name": "alice"})
+    (spec.workdir / "train.py").write_text("print('hi')")
+
+    async def go():
+        execution = await runtime.start(spec, lambda line: None)
+        container = client.containers.by_name["simpleai-job7-attempt1-master"]
+        uid, gid = (int(part) for part in container.kwargs["user"].split(":"))
+        during = {"held": _held(job_users), "owners": _owners(spec.workdir), "marker": dict(execution.marker)}
+        await execution.wait()
+        return uid, gid, during
+
+    uid, gid, during = asyncio.run(go())
+    assert uid in job_users.uids and gid == job_users.tenant_gid(7)
+    assert during["held"] == [uid]
+    # the agent writes down whose files to take back, should it restart before the exit
+    assert during["marker"]["uid"] == uid and during["marker"]["workdir"] == str(spec.workdir)
+    assert _held(job_users) == []
+    if os.geteuid() == 0:
+        assert set(during["owners"].values()) == {(uid, gid)}  # the directory, OUTPUT_DIR, HOME, the script
+        assert set(during["owners"]) == {".", "output", ".home", "train.py"}
+        assert set(_owners(spec.workdir).values()) == {(0, 0)}  # all back to the agent
+
+
+def _owners(workdir: Path) -> dict[str, tuple[int, int]]:
+    found = {".": (workdir.stat().st_uid, workdir.stat().st_gid)}
+    for path in workdir.rglob("*"):
+        info = path.lstat()
+        found[str(path.relative_to(workdir))] = (info.st_uid, info.st_gid)
+    return found
+
+
+def test_an_agent_that_may_not_hand_over_the_directory_says_to_run_it_as_root(tmp_path, job_users, monkeypatch):
+    def refuse(*args, **kwargs):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "lchown", refuse)
+    client = FakeClient({IMAGE})
+    client.containers = FakeContainers()
+
+    async def go():
+        await _runtime(client, job_users).start(launch_spec(tmp_path), lambda line: None)
+
+    with pytest.raises(PermissionError, match=r"a Unix user of its own.*\(run the agent as root\)"):
+        asyncio.run(go())
+    assert client.containers.by_name == {} and _held(job_users) == []
+
+
+def test_a_job_without_a_tenant_gets_a_group_of_its_own(tmp_path, job_users):
+    client = FakeClient({IMAGE})
+    client.containers = FakeContainers()
+
+    async def go():
+        await (await _runtime(client, job_users).start(launch_spec(tmp_path), lambda line: None)).wait()
+
+    asyncio.run(go())
+    uid, gid = client.containers.by_name["simpleai-job7-attempt1-master"].kwargs["user"].split(":")
+    assert uid == gid
+
+
+@pytest.mark.parametrize(("mount_path", "root", "tenant", "says"), [
+    ("/mnt/data", None, {"id": 7, "name": "alice"},
+     "File Storage is not available on node-a: the job mounts it at /mnt/data, and this node's agent runs without "
+     "--file-storage-root"),
+    ("/run/docker.sock", "share-root", {"id": 7, "name": "alice"},
+     "File Storage cannot be mounted on node-a: /run/docker.sock is a system directory"),
+    ("/mnt/../etc", "share-root", {"id": 7, "name": "alice"}, "File Storage cannot be mounted on node-a: Enter a normalised"),
+    ("/simpleai/work/data", "share-root", {"id": 7, "name": "alice"}, "which the platform mounts inside the job"),
+    ("/mnt/data", "share-root", None, "the console did not say whose job this is"),
+])
+def test_a_mount_path_the_node_cannot_serve_fails_before_anything_runs(tmp_path, job_users, mount_path, root, tenant,
+                                                                        says):
+    client = FakeClient()
+    client.containers = FakeContainers()
+    runtime = _runtime(client, job_users, file_storage_root=tmp_path / root if root else None)
+    overrides = {"tenant": tenant} if tenant else {}
+
+    async def go():
+        await runtime.start(launch_spec(tmp_path, mount_path=mount_path, **overrides), lambda line: None)
+
+    with pytest.raises(FileStorageUnavailable) as raised:
+        asyncio.run(go())
+    assert says in str(raised.value)
+    assert client.api.calls == [] and client.containers.by_name == {}  # nothing pulled, nothing created
+    assert _held(job_users) == []
+    assert not (tmp_path / "share-root").exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="handing a share to a tenant's group needs root")
+def test_the_tenants_share_is_made_and_mounted_at_the_mount_path(tmp_path, job_users):
+    client = FakeClient({IMAGE})
+    client.containers = FakeContainers()
+    runtime = _runtime(client, job_users, file_storage_root=tmp_path / "file-storage")
+
+    async def go():
+        spec = launch_spec(tmp_path, mount_path="/root/", tenant={"id": 7, "name": "alice"})
+        await (await runtime.start(spec, lambda line: None)).wait()
+
+    asyncio.run(go())
+    share = tmp_path / "file-storage" / "7"
+    assert share.stat().st_gid == job_users.tenant_gid(7) and share.stat().st_mode & 0o7777 == 0o2770
+    mounts = [dict(m) for m in client.containers.by_name["simpleai-job7-attempt1-master"].kwargs["mounts"]]
+    assert {"Target": "/root", "Source": str(share), "Type": "bind", "ReadOnly": False} in mounts
 
 
 def test_at_start_it_removes_its_nodes_containers_it_did_not_start():
@@ -412,19 +259,69 @@ def test_at_start_it_removes_its_nodes_containers_it_did_not_start():
     assert not current.removed and not other_node.removed
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="handing files to another user needs root")
+def test_a_file_the_warm_pool_keeps_stays_the_agents_and_links_are_not_followed(tmp_path):
+    """The job reads a kept file and may replace it; it cannot change the copy a later job starts from."""
+    from nodeagent.runtimes.container_spec import hand_back, hand_over
+
+    spec = launch_spec(tmp_path)
+    kept = tmp_path / "warm" / "dataset.bin"
+    kept.parent.mkdir()
+    kept.write_text("kept")
+    os.link(kept, spec.workdir / "dataset.bin")
+    (spec.workdir / "train.py").write_text("fresh")
+    outside = tmp_path / "outside.txt"
+    outside.write_text("the node's")
+    (spec.workdir / "link").symlink_to(outside)
+
+    hand_over(spec.workdir, spec.output_dir, USER.uid, USER.gid)
+
+    owners = _owners(spec.workdir)
+    assert owners["dataset.bin"] == (0, 0) and kept.stat().st_uid == 0
+    assert owners["train.py"] == owners["link"] == owners["output"] == owners[".home"] == owners["."] == (USER.uid, USER.gid)
+    assert outside.stat().st_uid == 0  # the link itself, not what it points at
+
+    hand_back(spec.workdir, spec.output_dir, USER.uid)
+
+    assert set(_owners(spec.workdir).values()) == {(0, 0)}
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="handing files to another user needs root")
+@pytest.mark.parametrize("in_range", [True, False])
+def test_an_orphans_files_go_back_to_the_agent_once_it_is_stopped(tmp_path, job_users, in_range):
+    """After an agent restart (supervisor.recover), with the marker the runner wrote."""
+    spec = launch_spec(tmp_path)
+    uid = job_users.uids[5] if in_range else 4242  # a marker never hands back a user outside the job range
+    (spec.output_dir / "model.pt").write_text("weights")
+    for path in (spec.workdir, spec.output_dir, spec.output_dir / "model.pt"):
+        os.chown(path, uid, 2_000_000_007)
+    orphan = FakeContainer()
+    client = FakeClient()
+    client.containers = FakeContainers()
+    client.containers.by_name[orphan.id] = orphan
+    marker = {"container": orphan.id, "name": orphan.name, "uid": uid, "workdir": str(spec.workdir),
+              "output_dir": str(spec.output_dir)}
+
+    asyncio.run(_runtime(client, job_users).kill_orphan(marker, grace=1))
+
+    assert orphan.stopped == 1 and orphan.removed
+    expected = (0, 0) if in_range else (uid, 2_000_000_007)
+    assert set(_owners(spec.workdir).values()) == {expected}
+
+
 def test_no_engine_answering_means_no_engine():
     assert find_engine({"DOCKER_HOST": "unix:///nonexistent/docker.sock"}) is None
 
 
-def test_a_start_without_preparation_pulls_an_image_the_engine_no_longer_has(tmp_path):
+def test_a_start_without_preparation_pulls_an_image_the_engine_no_longer_has(tmp_path, job_users):
     """A warm start skips preparation; the engine must not be left to pull without the credentials."""
     client = FakeClient()
     client.containers = FakeContainers()
-    runtime = DockerRuntime(real_gpus=False, client=client, node_name="node-a")
+    runtime = _runtime(client, job_users)
     lines: list[str] = []
 
     async def go():
-        await runtime.start(_spec(tmp_path, registry=CREDENTIALS), lines.append)
+        await runtime.start(launch_spec(tmp_path, registry=CREDENTIALS), lines.append)
 
     asyncio.run(go())
     assert client.api.calls == [("registry.example.com/team/train", "1", CREDENTIALS)]
@@ -432,12 +329,12 @@ def test_a_start_without_preparation_pulls_an_image_the_engine_no_longer_has(tmp
     assert lines[1].startswith(f"[INFO] Pulled image {IMAGE} (id ")
 
 
-def test_a_start_after_preparation_does_not_pull_again(tmp_path):
+def test_a_start_after_preparation_does_not_pull_again(tmp_path, job_users):
     client = FakeClient({IMAGE})
     client.containers = FakeContainers()
 
     async def go():
-        await DockerRuntime(real_gpus=False, client=client, node_name="node-a").start(_spec(tmp_path), lambda line: None)
+        await _runtime(client, job_users).start(launch_spec(tmp_path), lambda line: None)
 
     asyncio.run(go())
     assert client.api.calls == [] and "simpleai-job7-attempt1-master" in client.containers.by_name

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import stat
 import sys
 from pathlib import Path
 
 import pytest
 
-from nodeagent import envcache
+from nodeagent import envcache, nodecache
 from nodeagent.envcache import MANIFEST, EnvironmentCache, EnvironmentFailed, environment_key, torch_pin
 
 
@@ -57,7 +59,7 @@ def fake_build(calls: list[str], seconds: float = 0.3):
 def test_two_jobs_needing_one_environment_build_it_once(tmp_path, monkeypatch):
     calls: list[str] = []
     monkeypatch.setattr(EnvironmentCache, "_build", fake_build(calls))
-    monkeypatch.setattr(envcache, "LOCK_POLL", 0.05)
+    monkeypatch.setattr(nodecache, "LOCK_POLL", 0.05)
     cache = EnvironmentCache(tmp_path)
     first, second = Lines(), Lines()
 
@@ -117,7 +119,7 @@ def test_console_scripts_of_the_layer_run_with_the_environment_s_python(tmp_path
     (layer / "torch-2.13.0.dist-info" / "entry_points.txt").write_text(
         "[console_scripts]\ntorchrun = torch.distributed.run:main\n")
     bin_dir.mkdir(parents=True)
-    envcache._link_console_scripts(layer, bin_dir)
+    nodecache.link_console_scripts(layer, bin_dir)
     script = (bin_dir / "torchrun").read_text()
     assert script.splitlines()[0] == f"#!{bin_dir / 'python'}"
     assert "from torch.distributed.run import main" in script and (bin_dir / "torchrun").stat().st_mode & 0o111
@@ -126,9 +128,9 @@ def test_console_scripts_of_the_layer_run_with_the_environment_s_python(tmp_path
 def test_the_cache_is_shared_by_the_agents_of_a_machine_by_default():
     from nodeagent.config import parse_config
 
-    config = parse_config(["--console", "http://c:8000", "--token", "t", "--name", "n1"], environ={})
+    config = parse_config(["--console", "http://c:8000", "--name", "n1"], environ={"NODEAGENT_TOKEN": "t"})
     assert config.env_cache == Path.home() / ".simpleai-agent" / "environments"
-    custom = parse_config(["--console", "http://c:8000", "--token", "t", "--env-cache", "/srv/envs"], environ={})
+    custom = parse_config(["--console", "http://c:8000", "--env-cache", "/srv/envs"], environ={"NODEAGENT_TOKEN": "t"})
     assert custom.env_cache == Path("/srv/envs")
 
 
@@ -137,3 +139,43 @@ def test_a_line_that_is_not_an_exact_pin_is_never_handed_to_pip(tmp_path):
     with pytest.raises(EnvironmentFailed) as failed:
         asyncio.run(EnvironmentCache(tmp_path).prepare(spec("torch==2.13.0", "--index-url=http://evil.example"), log))
     assert "not exact pins: '--index-url=http://evil.example'" in str(failed.value)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving files to another user needs root")
+def test_a_cache_an_older_agent_left_writable_is_made_the_agent_s_and_read_only_on_first_use(tmp_path):
+    """Code planted in a shared environment would run in every later job of every user."""
+    cache = EnvironmentCache(tmp_path)
+    entry = cache.entry(spec())
+    (entry / "lib").mkdir(parents=True)
+    planted = entry / "lib" / "sitecustomize.py"
+    planted.write_text("print('hello')\n")
+    os.chmod(planted, 0o666)
+    os.chown(planted, 1900000077, 1900000077)
+    tool = entry / "bin-tool"
+    tool.write_text("#!/bin/sh\n")
+    os.chmod(tool, 0o4775)  # set-uid, group-writable
+    (entry / MANIFEST).write_text(json.dumps({"name": "pytorch-2.13.0", "prepared_at": 0, "seconds": 1}))
+    os.chmod(tmp_path / "envs", 0o777)
+
+    prepared = asyncio.run(cache.prepare(spec(), Lines()))
+
+    assert prepared.cached
+    for path, mode in ((planted, 0o644), (tool, 0o755), (entry / "lib", 0o755), (tmp_path / "envs", 0o755),
+                       (tmp_path / "locks", 0o700)):
+        found = path.stat()
+        assert (found.st_uid, stat.S_IMODE(found.st_mode)) == (0, mode), path
+    assert (entry / nodecache.SECURED).is_file()
+
+
+def test_what_a_build_made_is_left_readable_by_all_and_writable_by_the_agent_alone(tmp_path):
+    """A build's last step before its manifest (secure_tree): under umask 007 pip would leave
+    files jobs cannot read; a group-writable one would let a job plant code."""
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "python").write_text("#!/bin/sh\n")
+    os.chmod(tmp_path / "bin" / "python", 0o770)
+    (tmp_path / "site.py").write_text("")
+    os.chmod(tmp_path / "site.py", 0o660)
+    nodecache.secure_tree(tmp_path)
+    assert stat.S_IMODE((tmp_path / "bin" / "python").stat().st_mode) == 0o755
+    assert stat.S_IMODE((tmp_path / "site.py").stat().st_mode) == 0o644
+    assert (tmp_path / nodecache.SECURED).is_file()

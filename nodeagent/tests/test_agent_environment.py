@@ -54,11 +54,32 @@ def test_cuda_visible_devices_only_for_real_gpus():
     assert "CUDA_VISIBLE_DEVICES" not in training_environment(placement, output_dir=Path("/o"))
 
 
-def test_it_keeps_the_inherited_environment_but_not_the_agent_s_secrets():
-    base = {"PATH": "/usr/bin", "NODEAGENT_TOKEN": "t", "S3_SECRET_KEY": "s", "S3_ACCESS_KEY": "a"}
+def test_it_passes_only_the_allow_list_of_the_agent_s_environment():
+    base = {
+        "PATH": "/usr/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TZ": "UTC", "TERM": "xterm", "HOME": "/root",
+        "USER": "root", "NODEAGENT_TOKEN": "t", "DATABASE_URL": "postgres://postgres@db/x", "REDIS_URL": "redis://r",
+        "SECRET_KEY": "s", "FIELD_ENCRYPTION_KEY": "f", "S3_SECRET_KEY": "s", "PYTHONPATH": "/opt/agent",
+        "LD_PRELOAD": "/x.so", "TMPDIR": "/var/agent-tmp",
+    }
     env = training_environment(make_placement(), output_dir=Path("/o"), base=base)
     assert env["PATH"].endswith(":/usr/bin")
-    assert not {"NODEAGENT_TOKEN", "S3_SECRET_KEY", "S3_ACCESS_KEY"} & env.keys()
+    inherited = {key: env[key] for key in ("LANG", "LC_ALL", "TZ", "TERM")}
+    assert inherited == {"LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TZ": "UTC", "TERM": "xterm"}
+    assert env["TMPDIR"] == "/tmp"  # the placement's private one, not the agent's
+    assert not {"NODEAGENT_TOKEN", "DATABASE_URL", "REDIS_URL", "SECRET_KEY", "FIELD_ENCRYPTION_KEY", "S3_SECRET_KEY",
+                "PYTHONPATH", "LD_PRELOAD", "HOME", "USER"} & env.keys()  # HOME and USER: the runtime's, per placement
+
+
+def test_the_operator_passes_more_names_by_name_or_prefix():
+    base = {"PATH": "/usr/bin", "HTTP_PROXY": "http://proxy:3128", "NCCL_IB_HCA": "mlx5", "NCCL_DEBUG": "INFO", "SECRET_KEY": "s"}
+    env = training_environment(make_placement(), output_dir=Path("/o"), base=base, pass_env=("HTTP_PROXY", "NCCL_*"))
+    assert (env["HTTP_PROXY"], env["NCCL_IB_HCA"], env["NCCL_DEBUG"]) == ("http://proxy:3128", "mlx5", "INFO")
+    assert "SECRET_KEY" not in env
+
+
+def test_the_placement_s_own_variables_reach_the_command():
+    env = training_environment(make_placement(env={"S3_ACCESS_KEY": "attempt-key"}), output_dir=Path("/o"), base={"PATH": "/bin"})
+    assert env["S3_ACCESS_KEY"] == "attempt-key"  # the attempt's own credentials (the console mints them)
 
 
 def test_the_contract_wins_over_the_job_s_own_variables():

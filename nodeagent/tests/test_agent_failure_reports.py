@@ -43,12 +43,15 @@ def test_a_command_that_cannot_be_started_is_an_environment_failure(tmp_path, mo
 
 
 def test_an_output_that_cannot_be_uploaded_is_an_output_upload_failure(tmp_path, monkeypatch, object_store):
+    # the placement's own credentials, refused by the store (SeaweedFS creates a missing bucket on
+    # upload, so that is no test)
     placement = make_placement(
         command='echo weights > "$OUTPUT_DIR/model.pt"; echo trained',
         output_prefix="s3://simpleai-results/jobs/7/attempt-1",
+        storage={"endpoint_url": object_store.endpoint, "bucket": "simpleai-results",
+                 "access_key": object_store.access_key, "secret_key": "not-the-secret"},
     )
-    # credentials the store refuses (SeaweedFS creates a missing bucket on upload, so that is no test)
-    console = _run(tmp_path, placement, monkeypatch, env={**object_store.env(), "S3_SECRET_KEY": "not-the-secret"})
+    console = _run(tmp_path, placement, monkeypatch)
 
     exited = console.exited()
     assert exited["exit_code"] == 0 and exited["failure"] == "output_upload"

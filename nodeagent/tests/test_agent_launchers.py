@@ -78,6 +78,37 @@ def test_accelerate_on_one_node_and_other_subcommands(environment_bin, tmp_path)
         "accelerate launch --main_process_port=29411 --num_machines 4 --machine_rank 3 train.py")
 
 
+@pytest.fixture
+def accelerate_telling_its_env(tmp_path) -> Path:
+    folder = tmp_path / "env-bin-cpu"
+    folder.mkdir()
+    (folder / "accelerate").write_text('#!/usr/bin/env bash\necho "accelerate $*"\necho "ACCELERATE_USE_CPU=${ACCELERATE_USE_CPU:-}"\n')
+    (folder / "accelerate").chmod(0o755)
+    return folder
+
+
+def test_on_a_node_without_gpus_accelerate_starts_every_process_on_the_cpu(accelerate_telling_its_env, tmp_path):
+    """As DeepSpeed gets its CPU accelerator: `--num_processes 2` is two processes of one world,
+    not accelerate's one process of world size 1 (it counts CUDA devices)."""
+    for given in (["--num_processes", "2"], ["--num_processes=2"]):
+        result = run(["accelerate", "launch", *given, "train.py", "--num_processes", "9"], accelerate_telling_its_env, tmp_path,
+                     DS_ACCELERATOR="cpu")
+        assert result.stdout.splitlines() == [
+            f"accelerate launch --main_process_port=29411 --multi_gpu {' '.join(given)} train.py --num_processes 9",
+            "ACCELERATE_USE_CPU=true",
+        ]
+        assert "accelerate: no GPUs on this node: 2 processes on the CPU (gloo)" in result.stderr
+    # one process, a node with GPUs, or a mode or config file of the command's own: left as written
+    for command, job in [
+        (["accelerate", "launch", "--num_processes", "1", "train.py"], {"DS_ACCELERATOR": "cpu"}),
+        (["accelerate", "launch", "--num_processes", "2", "train.py"], {}),
+        (["accelerate", "launch", "--cpu", "--num_processes", "2", "train.py"], {"DS_ACCELERATOR": "cpu"}),
+        (["accelerate", "launch", "--config_file", "fsdp.yaml", "--num_processes", "2", "train.py"], {"DS_ACCELERATOR": "cpu"}),
+    ]:
+        result = run(command, accelerate_telling_its_env, tmp_path, **job)
+        assert "--multi_gpu" not in result.stdout and "ACCELERATE_USE_CPU=\n" in result.stdout + "\n", result.stdout
+
+
 def test_a_launcher_missing_from_the_environment_says_so(tmp_path):
     empty = tmp_path / "empty-bin"
     empty.mkdir()

@@ -162,3 +162,42 @@ def test_gpu_samples_name_the_job_that_holds_the_gpu(tmp_path):
     assert util[2] == (0.0, None)  # free: the node's
     assert {s[1] for s in samples} == {1234.5}
     assert any(s[0] == n.NODE_MEMORY_UTILIZATION and s[3] == {} for s in samples)
+
+
+def test_simulated_gpus_work_as_hard_as_their_command():
+    """A script that sleeps does not show 95 % and 600 W: the model follows the command's CPU use."""
+    backend = SimulatedBackend("n1", 2, "g2")
+    backend._sensors = g.SimulatedSensors(Clock())
+    reading = backend.sample(busy={0, 1}, loads={0: 0.02, 1: 1.0})
+    assert reading[0][g.GPU_UTILIZATION] <= 2 and reading[0][g.GPU_POWER] < 90 and reading[0][g.GPU_SM_CLOCK] < 400
+    assert reading[1][g.GPU_UTILIZATION] >= 86 and reading[1][g.GPU_POWER] > 500
+    assert reading[0][g.GPU_MEMORY_USED] > 55  # the memory it holds is held, working or not
+
+
+class RunningCommand(FakeRunner):
+    def __init__(self, job_id: int, gpus: list[int], pid: int) -> None:
+        super().__init__(job_id, gpus, "running")
+        self.command_pid, self.running_since = pid, 100.0
+
+
+def test_the_collector_gives_each_gpu_the_load_of_the_command_on_it(tmp_path):
+    supervisor = SimpleNamespace(runners={"sleeps": RunningCommand(7, [0], pid=11), "trains": RunningCommand(8, [1, 2], pid=22)})
+    cpu = {11: 0.1, 22: 20.0}  # CPU seconds of each command's process tree after 10 s
+    now = [110.0]
+    collector = MetricsCollector(SimulatedBackend("n1", 4, "g2"), supervisor, SimpleNamespace(metrics=None), 10.0,  # type: ignore[arg-type]
+                                 Path(tmp_path), cpu_seconds=cpu.get, monotonic=lambda: now[0])
+    assert collector.command_loads() == {0: 0.01, 1: 1.0, 2: 1.0}
+    # the next tick measures from the last one: the trainer went quiet
+    cpu[22], now[0] = 21.0, 120.0
+    assert collector.command_loads() == {0: 0.0, 1: 0.05, 2: 0.05}
+    util = {s[3]["gpu"]: s[2] for s in collector.sample() if s[0] == g.GPU_UTILIZATION}
+    assert util[0] < 2 and util[3] == 0.0
+
+
+def test_a_process_trees_cpu_time_is_read_from_proc():
+    import os
+
+    from nodeagent.metrics import tree_cpu_seconds
+
+    assert tree_cpu_seconds(os.getpid()) > 0
+    assert tree_cpu_seconds(2**22 + 12345) is None  # no such process

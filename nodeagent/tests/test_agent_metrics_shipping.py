@@ -29,7 +29,9 @@ def test_a_running_job_gets_busy_gpu_samples_and_its_training_metrics(tmp_path):
     async def scenario():
         console = FakeConsole([make_placement(command=PRINT_LOSS, gpu_indices=[1])])
         async with running_console(console) as port, running_agent(make_config(tmp_path, port, metrics_interval=0.2)):
-            await until(lambda: any(s[0] == "GPUUtilization" and s[3].get("job") == 7 and s[2] > 50 for s in samples(console)),
+            # its command runs on GPU 1: the memory is in use (utilisation follows how hard the
+            # command works, and this one mostly sleeps: nodeagent.metrics.command_loads)
+            await until(lambda: any(s[0] == "GPUMemoryUsed" and s[3].get("job") == 7 and s[2] > 50 for s in samples(console)),
                         what="a busy sample of the job's GPU")
             await until(lambda: any(s[0] == "TrainingLoss" for s in samples(console)), what="a loss sample")
         return console

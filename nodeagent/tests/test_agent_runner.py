@@ -38,10 +38,13 @@ def test_it_runs_a_placement_and_reports_lines_and_exit_code(tmp_path):
         "[INFO] Preparing the training environment on node test-node (attempt 1, role master)",
         "[INFO] Image registry.example.com/team/train:1: not used by the process runtime (the command runs on the node)",
     ]
-    assert any(t.startswith("[INFO] Environment ready (") and t.endswith("ready for training process to run!") for t in texts)
+    # no container here, so no "sidecar container is running" (the docker runtime's words)
+    ready = next(t for t in texts if t.startswith("[INFO] Environment ready ("))
+    assert ready.endswith("s); the command runs as a process on this node (no container)") and "sidecar" not in ready
     start = texts.index(f"[INFO] Starting the command: {COMMAND}")
-    assert sorted(texts[start + 1:start + 3]) == ["hello", "oops"]  # stdout and stderr, one stream
-    assert texts[start + 3] == "[INFO] Command exited with code 3"
+    assert texts[start + 1].startswith("[INFO] Isolation: ")  # what the command can reach (test_agent_sandbox)
+    assert sorted(texts[start + 2:start + 4]) == ["hello", "oops"]  # stdout and stderr, one stream
+    assert texts[start + 4] == "[INFO] Command exited with code 3"
 
     lines = console.lines()
     assert [line[0] for line in lines] == list(range(1, len(lines) + 1))  # seq from 1, no gaps
@@ -114,3 +117,11 @@ def test_it_gives_the_training_process_the_environment_contract(tmp_path, monkey
     workdir = tmp_path / "jobs" / "7" / "attempt-2" / "master"
     assert f"rank=0 nnodes=1 job=demo-job attempt=2 cwd={workdir} out={workdir / 'output'} token=none" in console.texts()
     assert console.exited()["exit_code"] == 0
+
+
+def test_only_the_container_runtime_speaks_of_a_sidecar_container():
+    from nodeagent.runtimes.docker import DockerRuntime
+    from nodeagent.runtimes.process import ProcessRuntime
+
+    assert DockerRuntime.ready_words == "sidecar container is running and ready for training process to run!"
+    assert "container is running" not in ProcessRuntime.ready_words

@@ -21,7 +21,7 @@ def _supervisor(tmp_path, runtime=None) -> Supervisor:
     spool = Spool(tmp_path / "spool")
     return Supervisor(RunnerContext(
         node_name="n1", work_dir=tmp_path, runtime=runtime or ProcessRuntime(real_gpus=False),
-        outbox=Outbox(spool), storage=lambda: None, default_grace=5.0,
+        outbox=Outbox(spool), storage=lambda placement: None, default_grace=5.0,
     ))
 
 

@@ -17,9 +17,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 async def _run_agent(port: int, work_dir: Path) -> tuple[int, str]:
-    env = {k: v for k, v in os.environ.items() if k != "NODEAGENT_TOKEN"}
+    env = {**os.environ, "NODEAGENT_TOKEN": "wrong-token"}
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "nodeagent", "--console", f"http://127.0.0.1:{port}", "--token", "wrong-token",
+        sys.executable, "-m", "nodeagent", "--console", f"http://127.0.0.1:{port}",
         "--name", "gpu-node-1", "--gpus", "simulated:1", "--work-dir", str(work_dir),
         cwd=REPO, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )

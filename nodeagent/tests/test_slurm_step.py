@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent import slurm_step
+from nodeagent import slurm_run, slurm_step
 from nodeagent.logstream import Outbox
 from nodeagent.runner import RunnerContext
 from nodeagent.runtimes.process import ProcessRuntime
@@ -106,7 +107,7 @@ def test_outside_a_slurm_job_the_launcher_says_what_is_missing(missing):
     ({}, []),
 ])
 def test_it_uses_the_gpus_slurm_gave_this_step(environ, indices):
-    assert slurm_step.allocated_gpus(environ) == indices
+    assert slurm_run.allocated_gpus(environ) == indices
 
 
 @pytest.mark.parametrize(("report", "told_to_stop", "code"), [
@@ -119,12 +120,12 @@ def test_it_uses_the_gpus_slurm_gave_this_step(environ, indices):
     (None, False, 1),
 ])
 def test_the_launchers_exit_code_is_the_commands(report, told_to_stop, code):
-    assert slurm_step.exit_code(report, told_to_stop) == code
+    assert slurm_run.exit_code(report, told_to_stop) == code
 
 
 def test_the_websocket_address_follows_the_consoles_scheme():
-    assert slurm_step.step_ws_url("http://console:8000") == "ws://console:8000/ws/slurm-step/"
-    assert slurm_step.step_ws_url("https://console.example/base") == "wss://console.example/base/ws/slurm-step/"
+    assert slurm_run.step_ws_url("http://console:8000") == "ws://console:8000/ws/slurm-step/"
+    assert slurm_run.step_ws_url("https://console.example/base") == "wss://console.example/base/ws/slurm-step/"
 
 
 def test_the_commands_do_not_inherit_the_launchers_own_pythonpath():
@@ -133,10 +134,10 @@ def test_the_commands_do_not_inherit_the_launchers_own_pythonpath():
     assert "PYTHONPATH" not in slurm_step._without_own_path({"PYTHONPATH": slurm_step.PACKAGE_ROOT})
 
 
-def _supervisor(tmp_path: Path, indices: list[int]) -> slurm_step.StepSupervisor:
+def _supervisor(tmp_path: Path, indices: list[int]) -> slurm_run.StepSupervisor:
     ctx = RunnerContext(node_name="n1", work_dir=tmp_path, runtime=ProcessRuntime(False), outbox=Outbox(Spool(tmp_path / "spool")),
-                        storage=lambda: None, default_grace=5)
-    supervisor = slurm_step.StepSupervisor(ctx, indices, grace=5)
+                        storage=lambda placement: None, default_grace=5)
+    supervisor = slurm_run.StepSupervisor(ctx, indices, grace=5)
     supervisor._start = lambda key, placement: supervisor.started.append(placement)  # type: ignore[method-assign]
     supervisor.started = []  # type: ignore[attr-defined]
     return supervisor
@@ -157,6 +158,31 @@ def test_after_slurm_said_stop_nothing_starts(tmp_path):
 
 
 def test_run_without_a_token_explains_itself(capsys, monkeypatch):
+    """The batch step could not redeem the key: its token pipe closes empty, every launcher stops."""
     monkeypatch.delenv("SIMPLEAI_ATTEMPT_TOKEN", raising=False)
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))
     assert slurm_step.main(["run", "--work-dir", "/tmp/x"]) == 1
-    assert "SIMPLEAI_ATTEMPT_TOKEN is not set" in capsys.readouterr().err
+    assert "no token for this run on standard input" in capsys.readouterr().err
+
+
+def test_the_token_is_the_first_line_the_batch_step_sends():
+    assert slurm_step.read_token(io.StringIO("run-token\n")) == "run-token"
+    assert slurm_step.read_token(io.StringIO("")) == ""
+
+
+def test_a_step_runs_in_the_agent_s_sandbox_with_slurm_s_variables_and_nothing_else(monkeypatch):
+    """Steps of different tenants never share a Unix user or a writable directory (run as root by
+    slurmd); the launch key and the run's token of the batch environment never reach the command."""
+    import os
+
+    from nodeagent.tests.agent_support import make_placement
+
+    for name, value in {"SLURM_JOB_ID": "41", "SLURMD_NODENAME": "n1", "SIMPLEAI_LAUNCH_KEY": "key",
+                        "SIMPLEAI_ATTEMPT_TOKEN": "token"}.items():
+        monkeypatch.setenv(name, value)
+    runtime = slurm_run.step_runtime("n1")
+    env = runtime.environment(make_placement(), Path("/o"))
+    assert (env["SLURM_JOB_ID"], env["SLURMD_NODENAME"]) == ("41", "n1") and not {"SIMPLEAI_LAUNCH_KEY", "SIMPLEAI_ATTEMPT_TOKEN"} & env.keys()
+    if os.geteuid() == 0:
+        assert runtime.sandbox is not None
+        assert runtime.sandbox.cgroup_support().version == 0  # Slurm's cgroup stays the step's

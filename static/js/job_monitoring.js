@@ -20,6 +20,7 @@
   let plotly = null;
   let generation = 0; // a reload started later wins over slower answers of an earlier one
   let redrawTimer = null;
+  let newNodeTimer = null;
 
   function loadPlotly() {
     if (!plotly) {
@@ -36,7 +37,10 @@
 
   const periodFor = (seconds) => PERIODS.find((p) => seconds / p <= 360) || 86400;
   const lineKey = (dims) => ("gpu" in dims ? `${dims.node}/${dims.gpu}` : dims.stream || dims.node || "");
-  const lineLabel = (dims) => ("gpu" in dims ? `${dims.node} GPU ${dims.gpu}` : dims.stream || dims.node || "");
+  // nodes whose GPUs are simulated (the API says so per line): their lines and charts say so too
+  const simulatedNodes = new Set();
+  const seenNodes = new Set();
+  const lineLabel = (dims) => ("gpu" in dims ? `${dims.node} GPU ${dims.gpu}${simulatedNodes.has(dims.node) ? " (simulated)" : ""}` : dims.stream || dims.node || "");
   const statisticOf = (metric) => view.statistic || catalogue[metric].primary;
   function localTime(seconds) { // plotly draws date strings as they are: show the browser's time
     const date = new Date(seconds * 1000);
@@ -49,6 +53,15 @@
     return [end - view.range, end];
   }
   const emptyText = () => (view.start === null && !ended ? "No data yet" : "No data in this range");
+  // what a training chart without data needs: one line of the script's output (docs: Metrics)
+  const SCRIPT_KEYS = { TrainingLoss: "loss", TrainingEvalLoss: "eval_loss", TrainingLearningRate: "learning_rate", TrainingGradNorm: "grad_norm", TrainingThroughput: "throughput", TrainingStep: "step", TrainingEpoch: "epoch" };
+  function emptyHint(metric) {
+    const key = SCRIPT_KEYS[metric];
+    if (!key) return "";
+    const example = key === "step" ? '{"step": 10}' : `{"step": 10, "${key}": 0.5}`;
+    return `Your script reports it by printing a line<br>SIMPLEAI_METRIC ${example}`;
+  }
+  const isSimulated = (metric) => catalogue[metric].scope === "gpu" && simulatedNodes.size > 0;
 
   const chartPeriod = (metric) => (charts[metric] ? charts[metric].period : periodFor(view.range));
 
@@ -71,12 +84,15 @@
         yaxis: { rangemode: "tozero", zeroline: false, gridcolor: "#eef1f6", exponentformat: info.unit === "None" ? "e" : "SI" },
       };
     return {
-      title: { text: `${info.label}${unit ? ` (${unit})` : ""} · ${statisticOf(metric)}`, font: { size: 14 }, x: 0.02 },
+      title: { text: `${info.label}${unit ? ` (${unit})` : ""} · ${statisticOf(metric)}${isSimulated(metric) ? " · simulated" : ""}`, font: { size: 14 }, x: 0.02 },
       margin: { l: 56, r: 16, t: 40, b: 36 }, height: 260, showlegend: true,
       legend: { orientation: "h", y: -0.18, font: { size: 11 } },
       ...axes,
       uirevision: `${metric}/${view.device}`, // keep the user's zoom across live updates
-      annotations: empty ? [{ text: emptyText(), showarrow: false, xref: "paper", yref: "paper", x: 0.5, y: 0.5, font: { color: "#6b7587", size: 14 } }] : [],
+      annotations: empty ? [
+        { text: emptyText(), showarrow: false, xref: "paper", yref: "paper", x: 0.5, y: 0.6, font: { color: "#6b7587", size: 14 } },
+        ...(emptyHint(metric) ? [{ text: emptyHint(metric), showarrow: false, xref: "paper", yref: "paper", x: 0.5, y: 0.3, font: { color: "#6b7587", size: 12 } }] : []),
+      ] : [],
     };
   }
 
@@ -151,6 +167,11 @@
     try {
       const answers = await Promise.all(metrics.map((metric) => fetchChart(metric, start, end, period)));
       if (mine !== generation) return;
+      answers.forEach((answer) => answer.series.forEach((line) => {
+        if (line.dimensions.node) seenNodes.add(line.dimensions.node);
+        if (line.simulated) simulatedNodes.add(line.dimensions.node);
+      }));
+      showSimulated();
       answers.forEach((answer) => {
         const chart = charts[answer.metric];
         answer.series.forEach((line) => {
@@ -169,6 +190,12 @@
       el("metrics-error").hidden = false;
       el("metrics-state").textContent = "";
     }
+  }
+
+  function showSimulated() {
+    const note = el("metrics-simulated");
+    note.hidden = simulatedNodes.size === 0;
+    el("metrics-simulated-nodes").textContent = Array.from(simulatedNodes).sort().join(", ");
   }
 
   function showState(period) {
@@ -227,6 +254,11 @@
     const changed = new Set();
     event.samples.forEach(([metric, ts, value, dims]) => {
       addDevice(dims);
+      if ("gpu" in dims && !seenNodes.has(dims.node)) { // a node not seen yet: ask the API whether it is simulated
+        seenNodes.add(dims.node);
+        clearTimeout(newNodeTimer);
+        newNodeTimer = setTimeout(reload, 1000);
+      }
       const chart = charts[metric];
       if (chart && addSample(chart, metric, ts, value, dims)) changed.add(chart);
     });

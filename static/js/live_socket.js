@@ -1,6 +1,6 @@
 // The console's browser WebSockets: reconnect with backoff after a drop, and stop for good on
 // the close codes a refusal carries — 4401 (the session ended) and 4404 (the job is gone), as in
-// console/sockets.py — saying why on the page instead of retrying forever.
+// console/lib/sockets.py — saying why on the page instead of retrying forever.
 (function () {
   const SESSION_ENDED = 4401;
   const NOT_FOUND = 4404;

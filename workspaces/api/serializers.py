@@ -3,20 +3,18 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rest_framework import serializers
 
-from jobs.validation import INTEGER_MESSAGE
+from console.lib.fields import api_integer
+from jobs.validation import node_count_error
 
 from ..choices import WhenBusy
 from ..forms import check_workspace
 from ..models import Workspace, WorkspaceStatusChange
 from ..pricing import money, total_cost
 from ..usage import workspace_spans
-from ..validation import node_count_error
-
-
-def _integer(**kwargs) -> serializers.IntegerField:
-    return serializers.IntegerField(allow_null=True, error_messages={"invalid": INTEGER_MESSAGE}, **kwargs)
 
 
 class HistorySerializer(serializers.ModelSerializer):
@@ -28,10 +26,10 @@ class HistorySerializer(serializers.ModelSerializer):
 class WorkspaceSerializer(serializers.ModelSerializer):
     name = serializers.CharField(allow_blank=True)
     server_type = serializers.CharField(allow_blank=True)
-    gpus_per_node = _integer()
-    memory_gb = _integer(required=False)  # follows from the allocation when left out
-    node_count = _integer()
-    contract_months = _integer()
+    gpus_per_node = api_integer()
+    memory_gb = api_integer(required=False)  # follows from the allocation when left out
+    node_count = api_integer()
+    contract_months = api_integer()
     when_busy = serializers.ChoiceField(
         choices=WhenBusy.choices, write_only=True, required=False, default=WhenBusy.REFUSE,
         help_text="PATCH node_count: refuse (default) or drain when nodes to release run jobs",
@@ -60,12 +58,12 @@ class WorkspaceSerializer(serializers.ModelSerializer):
     def get_billed_so_far(self, workspace: Workspace) -> str:
         return str(money(total_cost(workspace_spans(workspace)).amount))
 
-    def to_representation(self, workspace: Workspace) -> dict:
+    def to_representation(self, workspace: Workspace) -> dict[str, Any]:
         data = super().to_representation(workspace)
         data["server_type"] = workspace.server_type.name
         return data
 
-    def validate(self, attrs: dict) -> dict:
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if self.instance is not None:
             return self._validate_update(attrs)
         attrs.pop("when_busy", None)
@@ -74,7 +72,7 @@ class WorkspaceSerializer(serializers.ModelSerializer):
             raise serializers.ValidationError(errors)
         return attrs
 
-    def _validate_update(self, attrs: dict) -> dict:
+    def _validate_update(self, attrs: dict[str, Any]) -> dict[str, Any]:
         changed = set(self.initial_data) - {"node_count", "when_busy"}
         if changed:
             raise serializers.ValidationError(

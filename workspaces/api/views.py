@@ -3,13 +3,15 @@ ever sees their own workspaces."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import IntegrityError
-from django.db.models import Prefetch
+from django.db.models import Prefetch, QuerySet
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers, status, viewsets
+from rest_framework.request import Request
 from rest_framework.response import Response
 
-from jobs.api.views import AUTHENTICATION
 from jobs.models import ServerType
 
 from .. import actions
@@ -20,11 +22,10 @@ from .serializers import WorkspaceSerializer
 
 
 class WorkspaceViewSet(viewsets.ModelViewSet):
-    authentication_classes = AUTHENTICATION
     serializer_class = WorkspaceSerializer
     http_method_names = ["get", "post", "patch", "delete", "head", "options"]
 
-    def get_queryset(self):
+    def get_queryset(self) -> QuerySet[Workspace]:
         if getattr(self, "swagger_fake_view", False):  # drf-spectacular reading the types: no user
             return Workspace.objects.none()
         return (
@@ -32,16 +33,16 @@ class WorkspaceViewSet(viewsets.ModelViewSet):
             .prefetch_related(Prefetch("reservations", queryset=WorkspaceNode.objects.order_by("reserved_at")), "status_changes")
         )
 
-    def get_serializer_context(self) -> dict:
+    def get_serializer_context(self) -> dict[str, Any]:
         return {**super().get_serializer_context(), "server_types": list(ServerType.objects.all())}
 
-    def perform_create(self, serializer):
+    def perform_create(self, serializer: WorkspaceSerializer) -> None:
         try:
             serializer.instance = actions.create_workspace(self.request.user, serializer.validated_data)
         except IntegrityError:  # the same name posted twice at once: the unique constraint decides
             raise serializers.ValidationError({"name": DUPLICATE_NAME_MESSAGE})
 
-    def update(self, request, *args, **kwargs):
+    def update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         workspace = self.get_object()
         serializer = self.get_serializer(workspace, data=request.data, partial=True)
         serializer.is_valid(raise_exception=True)
@@ -56,7 +57,7 @@ class WorkspaceViewSet(viewsets.ModelViewSet):
         202: OpenApiResponse(WorkspaceSerializer, description="nodes are still busy: the workspace is Terminating"),
         204: OpenApiResponse(description="cancelled"),
     })
-    def destroy(self, request, *args, **kwargs):
+    def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         workspace = self.get_object()
         if actions.cancel_workspace(workspace.pk) == "terminating":
             return Response(self.get_serializer(self.get_queryset().get(pk=workspace.pk)).data, status=status.HTTP_202_ACCEPTED)

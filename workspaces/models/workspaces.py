@@ -8,7 +8,7 @@ from django.conf import settings
 from django.db import models
 from django.urls import reverse
 
-from console.history import StatusChange
+from console.lib.history import StatusChange
 
 from ..choices import WorkspaceStatus
 from ..pricing import WorkspaceEstimate, workspace_estimate

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django import template
 from django.utils import timezone
 
@@ -16,7 +18,7 @@ register = template.Library()
 
 
 @register.inclusion_tag("workspaces/_job_billing.html")
-def job_billing(job: TrainingJob) -> dict:
+def job_billing(job: TrainingJob) -> dict[str, Any]:
     """The job page's cost so far (per attempt, with the time lost to interruptions) and how
     it started (warm or not, and why)."""
     loaded = bill_queryset().get(pk=job.pk)

@@ -34,6 +34,6 @@ def run_scheduler(django_capture_on_commit_callbacks):
 @pytest.fixture(autouse=True)
 def no_celery(monkeypatch):
     """Nothing reaches a broker: requests for a scheduler run become no-ops (tests run passes by hand)."""
-    from jobs import notify
+    from jobs.channel import notify
 
     monkeypatch.setattr(notify, "request_schedule", lambda: None)

@@ -9,7 +9,7 @@ from django.utils import timezone
 from jobs import actions as job_actions
 from jobs import lifecycle
 from jobs.models import JobAttempt, Node, NodeGPU, Placement, ServerType, TrainingJob
-from jobs.scheduling import Assignment
+from jobs.scheduling.decision import Assignment
 from jobs.tests.factories import job_fields
 from workspaces import actions
 

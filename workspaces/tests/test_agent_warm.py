@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from nodeagent import warm
 from nodeagent.runner import Runner, RunnerContext
 from nodeagent.runtimes.process import ProcessRuntime
-from nodeagent.tests.agent_support import make_placement
+from nodeagent.tests.agent_support import make_placement, process_runtime
 
 SCRIPT = "s3://scripts/train.py"
 
@@ -48,10 +51,10 @@ class Storage:
         return target, len(self.body)
 
 
-def run(work_dir: Path, storage: Storage, outbox: Outbox, **placement) -> Path:
+def run(work_dir: Path, storage: Storage, outbox: Outbox, runtime: ProcessRuntime | None = None, **placement) -> Path:
     ctx = RunnerContext(
-        node_name="node-a", work_dir=work_dir, runtime=ProcessRuntime(real_gpus=False), outbox=outbox,  # type: ignore[arg-type]
-        storage=lambda: storage, default_grace=1.0,
+        node_name="node-a", work_dir=work_dir, runtime=runtime or ProcessRuntime(real_gpus=False), outbox=outbox,  # type: ignore[arg-type]
+        storage=lambda placement: storage, default_grace=1.0,
     )
     placement.setdefault("command", "cat train.py; echo edited > train.py")
     runner = Runner(make_placement(script_url=SCRIPT, **placement), ctx)
@@ -72,7 +75,7 @@ def test_a_warm_placement_reuses_the_environment_and_skips_preparation(tmp_path)
 
     workdir = run(tmp_path, storage, outbox, job_id=2, job_name="warm-job", **hint(reuse=1))
     warm_lines = outbox.of(2)
-    assert "[INFO] Warm start: environment reused from job cold-job (#1); image, training script and data are already on this node" in warm_lines
+    assert "[INFO] Warm start: environment reused from job cold-job (#1); already on this node: the training script train.py" in warm_lines
     assert not any("Downloading" in line or line.startswith("[INFO] Image ") or "Checkpoint library" in line for line in warm_lines)
     assert storage.downloads == 1
     assert "print('trained')" in warm_lines  # the kept script is there …
@@ -83,12 +86,39 @@ def test_a_warm_placement_reuses_the_environment_and_skips_preparation(tmp_path)
     assert "print('trained')" in outbox.of(3) and storage.downloads == 2
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox needs root")
+def test_in_the_sandbox_a_job_reads_the_kept_files_but_cannot_change_the_copy_the_next_job_starts_from(tmp_path):
+    """Each placement runs as a user of its own (nodeagent.sandbox): the kept files (hard links)
+    stay the agent's, readable; a job may replace its own link, never the kept copy."""
+    storage, outbox, sandboxed = Storage(), Outbox(), process_runtime()
+    run(tmp_path, storage, outbox, sandboxed, job_id=1, job_name="cold-job", command="cat train.py", **hint())
+    rewrite = "echo edited > train.py || echo refused; rm -f train.py; echo mine > train.py; cat train.py"
+    run(tmp_path, storage, outbox, sandboxed, job_id=2, job_name="warm-job", command=f"cat train.py; {rewrite}", **hint(reuse=1))
+    second = outbox.of(2)
+    assert any(line.startswith("[INFO] Warm start: ") for line in second)
+    assert "print('trained')" in second and "refused" in second and "mine" in second
+    run(tmp_path, storage, outbox, sandboxed, job_id=3, job_name="third", command="cat train.py", **hint(reuse=2))
+    assert any(line.startswith("[INFO] Warm start: ") for line in outbox.of(3)) and "print('trained')" in outbox.of(3)
+    assert storage.downloads == 1
+
+
 def test_a_kept_environment_is_reused_again_and_again_while_untouched(tmp_path):
     storage, outbox = Storage(), Outbox()
     for job in range(1, 5):
         run(tmp_path, storage, outbox, job_id=job, job_name=f"job-{job}", command="cat train.py", **hint(reuse=job - 1 or None))
     assert storage.downloads == 1
-    assert "[INFO] Warm start: environment reused from job job-3 (#3); image, training script and data are already on this node" in outbox.of(4)
+    assert "[INFO] Warm start: environment reused from job job-3 (#3); already on this node: the training script train.py" in outbox.of(4)
+
+
+def test_a_warm_start_claims_only_what_the_job_has_on_the_node():
+    meta = {"job_name": "cold", "job_id": 4, "files": {"train.py": [9, 1], "data/a.csv": [3, 1], "data/b.csv": [3, 1]}}
+    line = warm.warm_start_line(meta, make_placement(script_url=SCRIPT, image="team/train:1"), uses_image=True)
+    assert line == ("Warm start: environment reused from job cold (#4); already on this node: the image team/train:1, "
+                    "the training script train.py and 2 other files it prepared")
+    # the process runtime does not use the image; a job without a script or files has nothing kept
+    bare = warm.warm_start_line({"job_name": "cold", "job_id": 4, "files": {}}, make_placement(), uses_image=False)
+    assert bare == "Warm start: environment reused from job cold (#4); this job has nothing to download (no training script or data)"
+    assert "image" not in warm.warm_start_line(meta, make_placement(script_url=SCRIPT), uses_image=False)
 
 
 def test_a_script_changed_in_object_storage_is_downloaded_again(tmp_path):

@@ -103,9 +103,11 @@ def test_the_api_gives_a_jobs_cost_and_its_breakdown_as_the_page_does(alice, ali
         "run_gpu_hours": "32.0000", "charged_gpu_hours": "29.3333", "lost_gpu_hours": "2.6667",
         "attempts": [
             {"number": 1, "kind": "initial", "run_gpu_hours": "16.0000", "lost_gpu_hours": "2.6667",
-             "charged_gpu_hours": "13.3333", "lost_seconds": 600.0, "waited_seconds": 300.0, "amount": "41.33"},
+             "charged_gpu_hours": "13.3333", "lost_seconds": 600.0, "waited_seconds": 300.0, "amount": "41.33",
+             "price_per_gpu_hour": "3.1000", "on_demand": False},
             {"number": 2, "kind": "failover", "run_gpu_hours": "16.0000", "lost_gpu_hours": "0.0000",
-             "charged_gpu_hours": "16.0000", "lost_seconds": 0.0, "waited_seconds": 0.0, "amount": "49.60"},
+             "charged_gpu_hours": "16.0000", "lost_seconds": 0.0, "waited_seconds": 0.0, "amount": "49.60",
+             "price_per_gpu_hour": "3.1000", "on_demand": False},
         ],
     }
     page = alice_client.get(f"/jobs/{job.pk}/").content.decode()

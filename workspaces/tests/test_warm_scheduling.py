@@ -8,7 +8,7 @@ import pytest
 from django.utils import timezone
 
 from jobs.models import Placement
-from jobs.nodes import registry as node_registry
+from jobs.nodes import desired
 from jobs.tests.factories import api_payload, form_post
 from workspaces.models import WarmStart
 
@@ -43,7 +43,7 @@ def test_the_next_compatible_job_of_the_same_user_starts_warm_on_its_node(alice,
     assert second.started_warm is True
     assert second.warm_note == "Started warm on gpu-02: environment reused from job first"
     assert WarmStart.objects.get(placement__attempt__job=second).source_job_id == first.pk
-    [message] = node_registry.desired_placements(gpu02.pk)
+    [message] = desired.desired_placements(gpu02.pk)
     assert message["warm_pool"] == {"owner": alice.pk, "keep_alive_seconds": 600, "reuse_from_job": first.pk}
 
 
@@ -55,7 +55,7 @@ def test_a_cold_placement_still_tells_the_agent_what_to_keep(alice, warm_gpu02, 
     [placement] = Placement.objects.filter(attempt__job=other)
     assert placement.node_id == gpu02.pk and placement.gpu_indices == [1]
     assert Placement.objects.get(attempt__job=first).warm_released_at is None
-    [message] = node_registry.desired_placements(gpu02.pk)
+    [message] = desired.desired_placements(gpu02.pk)
     assert message["warm_pool"] == {"owner": alice.pk, "keep_alive_seconds": 180, "reuse_from_job": None}
 
 

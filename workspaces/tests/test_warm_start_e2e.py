@@ -6,12 +6,10 @@ and script lands on the same (warm) nodes and skips the preparation step entirel
 
 from __future__ import annotations
 
-import contextlib
-
 import pytest
 
-from jobs.tests.e2e.conftest import SCRIPT_BUCKET
 from jobs.tests.e2e.helpers import create_job, stream_text, wait_for_status
+from jobs.tests.storage import put_in_space
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
 
@@ -19,12 +17,9 @@ SCRIPT = "print('step 1 loss 0.5', flush=True)\n" + "# padding: a script with it
 
 
 @pytest.fixture
-def warm_script(object_store) -> str:
-    client = object_store.client()
-    with contextlib.suppress(Exception):  # already there (another test module made it)
-        client.create_bucket(Bucket=SCRIPT_BUCKET)
-    client.put_object(Bucket=SCRIPT_BUCKET, Key="warm/train.py", Body=SCRIPT.encode())
-    return f"s3://{SCRIPT_BUCKET}/warm/train.py"
+def warm_script(alice, object_store, e2e_settings) -> str:
+    """The script in Alice's own storage space, uploaded with her own keys."""
+    return put_in_space(alice, object_store.endpoint, "uploads/warm/train.py", SCRIPT.encode())
 
 
 def test_the_second_job_starts_warm_without_preparation(alice, start_nodes, warm_script, e2e_settings):
@@ -43,7 +38,7 @@ def test_the_second_job_starts_warm_without_preparation(alice, start_nodes, warm
     assert warm.warm_note == "Started warm on node-a, node-b: environment reused from job cold"
     for stream in ("master", "worker-1"):
         lines = stream_text(warm.pk, stream)
-        assert f"[INFO] Warm start: environment reused from job cold (#{cold.pk}); image, training script and data are already on this node" in lines
+        assert f"[INFO] Warm start: environment reused from job cold (#{cold.pk}); already on this node: the training script train.py" in lines
         # the preparation step was skipped: no image check, no download, no library check
         assert not any("Downloading training script" in line or line.startswith("[INFO] Image ") for line in lines), lines
         assert "step 1 loss 0.5" in lines

@@ -27,8 +27,29 @@ from console.services.ports import free_port, wait_for_port
 from jobs.slurm import jwt
 from jobs.slurm.client import SlurmClient, SlurmError
 
+from .slurm_conf import slurm_conf
+
 PROGRAMS = ("munged", "slurmctld", "slurmd", "slurmrestd", "scontrol")
 PACKAGES = "slurmctld slurmd slurm-client slurmrestd munge slurm-wlm-jwt-plugin"
+# accounting (slurmdbd on a MariaDB/MySQL server): on when both are here, e.g. MYSQL=127.0.0.1:3306
+ACCOUNTING_PACKAGES = "slurmdbd mariadb-client"
+MYSQL = os.environ.get("SLURM_TEST_MYSQL", "127.0.0.1:3306")  # root without a password
+
+
+def accounting_missing() -> str:
+    """Why slurmdbd cannot run here ("" when it can)."""
+    import socket
+
+    search = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
+    missing = [name for name in ("slurmdbd", "sacctmgr", "sacct", "mysql") if shutil.which(name, path=search) is None]
+    if missing:
+        return f"{', '.join(missing)} missing (apt-get install {ACCOUNTING_PACKAGES})"
+    host, _, port = MYSQL.partition(":")
+    try:
+        socket.create_connection((host, int(port or 3306)), timeout=2).close()
+    except OSError as exc:
+        return f"no MariaDB/MySQL at {MYSQL} ({exc})"
+    return ""
 REST_USER = "nobody"  # slurmrestd refuses to run as root
 API_VERSION = "v0.0.38"
 
@@ -50,7 +71,14 @@ def _program(name: str) -> str:
 class LocalSlurm:
     nodes: tuple[str, ...] = ("n1", "n2")
     gpus_per_node: int = 8
-    cpus_per_node: int = 8
+    # shaped like a g3 node (128 vCPUs, 4096 GB) so jobs ask for what they would on a real one;
+    # slurmd takes the configured figures (SlurmdParameters=config_overrides), nothing is enforced
+    cpus_per_node: int = 128
+    memory_mb: int = 4096 * 1024
+    gpu_type: str = "b300"  # gres.conf Type=: jobs may ask for gpu:b300:N or plain gpu:N
+    features: str = "ib"
+    # slurmdbd with a private database: None turns it on when slurmdbd and MariaDB are here
+    accounting: bool | None = None
     # the service user jobs run as: root here, because this checkout's interpreter lives under /root
     # (mode 0700) where no other user can run it; slurmrestd itself runs as `nobody`
     job_user: str = "root"
@@ -67,6 +95,10 @@ class LocalSlurm:
         self.conf = self.root / "slurm.conf"
         self.work_dir = self.root / "work"  # the launchers' node-local directory
         self.jobcomp = self.root / "jobcomp.txt"
+        if self.accounting is None:
+            self.accounting = not accounting_missing()
+        self.dbd_port = free_port()
+        self.database = f"slurm_acct_{self.root.name.replace('-', '_')}"
 
     # -- what the console needs ------------------------------------------------------------------
     @property
@@ -83,6 +115,46 @@ class LocalSlurm:
     def env(self) -> dict[str, str]:
         return {**os.environ, "SLURM_CONF": str(self.conf)}
 
+    def sacctmgr(self, *args: str) -> str:
+        return subprocess.run([_program("sacctmgr"), "-i", *args], env=self.env, capture_output=True, text=True, check=True).stdout
+
+    def sacct(self, job_id: int) -> dict[str, str]:
+        """Accounting's record of a job's allocation (`sacct -X`), by field."""
+        fields = "JobID,User,Account,State,ElapsedRaw,AllocTRES,ExitCode"
+        out = subprocess.run([_program("sacct"), "-X", "-n", "--parsable2", "-j", str(job_id), "-o", fields],
+                             env=self.env, capture_output=True, text=True, check=True).stdout
+        lines = [line for line in out.splitlines() if line.strip()]
+        return dict(zip(fields.split(","), lines[-1].split("|"), strict=False)) if lines else {}
+
+    def _mysql(self, statement: str) -> None:
+        host, _, port = MYSQL.partition(":")
+        subprocess.run([_program("mysql"), f"-h{host}", f"-P{port or 3306}", "-uroot", "-e", statement], capture_output=True)
+
+    def _start_slurmdbd(self) -> None:
+        """slurmdbd on its own database (it creates the tables), and this cluster registered in it."""
+        host, _, port = MYSQL.partition(":")
+        conf = self.root / "slurmdbd.conf"  # slurmdbd reads it beside slurm.conf; it must be 0600
+        conf.write_text(f"""AuthType=auth/munge
+AuthInfo=socket={self.root}/munge/munge.sock
+AuthAltTypes=auth/jwt
+AuthAltParameters=jwt_key={self.root}/jwt.key
+DbdHost=localhost
+DbdAddr=127.0.0.1
+DbdPort={self.dbd_port}
+SlurmUser=root
+StorageType=accounting_storage/mysql
+StorageHost={host}
+StoragePort={port or 3306}
+StorageUser=root
+StorageLoc={self.database}
+LogFile={self.root}/log/slurmdbd.log
+PidFile={self.root}/slurmdbd.pid
+""")
+        conf.chmod(0o600)
+        self._spawn("slurmdbd", [_program("slurmdbd"), "-D"])
+        wait_for_port(self.dbd_port, timeout=30)
+        self.sacctmgr("add", "cluster", "simpleai")
+
     def scontrol(self, *args: str) -> str:
         return subprocess.run([_program("scontrol"), *args], env=self.env, capture_output=True, text=True, check=True).stdout
 
@@ -97,13 +169,16 @@ class LocalSlurm:
         try:
             self._write_files()
             self._start_munge()
+            if self.accounting:
+                self._start_slurmdbd()
             self._spawn("slurmctld", [_program("slurmctld"), "-D", "-i", "-f", str(self.conf)])
             wait_for_port(self.ctld_port, timeout=30)
             for name in self.nodes:
                 self._spawn(f"slurmd-{name}", [_program("slurmd"), "-D", "-f", str(self.conf), "-N", name])
             self._spawn("slurmrestd", [
                 _program("slurmrestd"), "-f", str(self.conf), "-u", REST_USER, "-g", _group_of(REST_USER),
-                "-a", "rest_auth/jwt", "-s", "openapi/v0.0.38,openapi/v0.0.37,openapi/v0.0.36", f"127.0.0.1:{self.rest_port}",
+                "-a", "rest_auth/jwt", "-s", "openapi/v0.0.38,openapi/v0.0.37,openapi/v0.0.36"
+                + (",openapi/dbv0.0.38" if self.accounting else ""), f"127.0.0.1:{self.rest_port}",
             ], env={**self.env, "SLURM_JWT": "daemon"})
             wait_for_port(self.rest_port, timeout=30)
             self._wait_for_idle_nodes()
@@ -125,7 +200,7 @@ class LocalSlurm:
         key.write_bytes(self.jwt_key)
         key.chmod(0o600)
         last = self.gpus_per_node - 1
-        (self.root / "gres.conf").write_text(f"Name=gpu File={devices}/fakegpu[0-{last}]\n")
+        (self.root / "gres.conf").write_text(f"Name=gpu Type={self.gpu_type} File={devices}/fakegpu[0-{last}]\n")
         self.conf.write_text(slurm_conf(self))
 
     def _start_munge(self) -> None:
@@ -185,6 +260,8 @@ class LocalSlurm:
                 process.wait()
         self.reap()
         shutil.rmtree(self.root, ignore_errors=True)
+        if self.accounting:
+            self._mysql(f"DROP DATABASE IF EXISTS {self.database}")
 
     def clear(self, timeout: float = 30) -> None:
         """Cancel every job and wait until the nodes are idle again (between tests)."""
@@ -262,7 +339,8 @@ def register(cluster: LocalSlurm, console_url: str, **fields):
         # the launcher runs from this checkout with this interpreter on both "nodes"
         "launcher": f"env PYTHONPATH={settings.BASE_DIR} {sys.executable} -m nodeagent.slurm_step",
         "work_dir": str(cluster.work_dir), "jobcomp_path": str(cluster.jobcomp), "stop_grace_seconds": 3,
-        "gpu_metrics": "simulated", "metrics_interval_seconds": 1, **fields,
+        "gpu_metrics": "simulated", "metrics_interval_seconds": 1, "gpu_type": cluster.gpu_type,
+        "accounting": bool(cluster.accounting), **fields,
     }
     row = SlurmCluster(**values)
     row.set_jwt_key(cluster.jwt_key)
@@ -284,53 +362,30 @@ def _group_of(user: str) -> str:
     return grp.getgrgid(pwd.getpwnam(user).pw_gid).gr_name
 
 
-def slurm_conf(cluster: LocalSlurm) -> str:
-    root = cluster.root
-    node_lines = "\n".join(
-        f"NodeName={name} NodeAddr=127.0.0.1 Port={port} CPUs={cluster.cpus_per_node} Sockets=1 "
-        f"CoresPerSocket={cluster.cpus_per_node} ThreadsPerCore=1 RealMemory=1000 Gres=gpu:{cluster.gpus_per_node} State=UNKNOWN"
-        for name, port in cluster.node_ports.items()
-    )
-    nodes = ",".join(cluster.nodes)
-    return f"""# written by jobs.slurm.tests.cluster for one test session
-ClusterName=simpleai
-SlurmctldHost=localhost(127.0.0.1)
-SlurmctldPort={cluster.ctld_port}
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-AuthInfo=socket={root}/munge/munge.sock,cred_expire={cluster.cred_expire}
-AuthAltTypes=auth/jwt
-AuthAltParameters=jwt_key={root}/jwt.key
-CredType=cred/munge
-StateSaveLocation={root}/state
-SlurmdSpoolDir={root}/spool/%n
-SlurmctldPidFile={root}/slurmctld.pid
-SlurmdPidFile={root}/slurmd-%n.pid
-SlurmctldLogFile={root}/log/slurmctld.log
-SlurmdLogFile={root}/log/slurmd-%n.log
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SlurmdParameters=config_overrides
-MpiDefault=none
-SchedulerType=sched/backfill
-# look at pending jobs every second or two (defaults: 60 s, backfill 30 s): a requeued job is
-# started again as soon as its requeue delay (cred_expire) has passed
-SchedulerParameters=sched_interval=2,bf_interval=1
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-GresTypes=gpu
-PreemptType=preempt/partition_prio
-PreemptMode=REQUEUE
-JobRequeue=1
-JobCompType=jobcomp/filetxt
-JobCompLoc={cluster.jobcomp}
-SlurmdTimeout={cluster.slurmd_timeout}
-MessageTimeout=5
-KillWait={cluster.kill_wait}
-ReturnToService=2
-MailProg=/bin/true
-{node_lines}
-PartitionName=ondemand Nodes={nodes} Default=YES PriorityTier=10 PreemptMode=OFF MaxTime=INFINITE State=UP
-PartitionName=spot Nodes={nodes} PriorityTier=1 PreemptMode=REQUEUE GraceTime=0 MaxTime=INFINITE State=UP
-"""
+def main() -> None:
+    """`make slurm`: the same cluster the tests use, until Ctrl-C, with the command that registers it."""
+    import django
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+    django.setup()
+    cluster = LocalSlurm().start()
+    key = cluster.root / "jwt.key"
+    print(f"""Slurm 22.05 is up: slurmctld, slurmd n1 and n2 (8 × b300 GRES, 128 CPUs, 4 TB each), slurmrestd at {cluster.rest_url}
+accounting (slurmdbd): {"on" if cluster.accounting else "off (" + accounting_missing() + ")"}
+  export SLURM_CONF={cluster.conf}    # then sinfo, squeue, scontrol, sacct work against it
+Register it with the console (make run in another terminal; jobs of server type g3 then go to it):
+  .venv/bin/python manage.py slurm_cluster add local --server-type g3 --rest-url {cluster.rest_url} --user root \\
+      --jwt-key-file {key} --on-demand-partition ondemand --spot-partition spot --gpus-per-node 8 --gpu-type b300 \\
+      --console-url http://127.0.0.1:8000 --jobcomp-path {cluster.jobcomp}{" --accounting" if cluster.accounting else ""} \\
+      --launcher "env PYTHONPATH={os.getcwd()} {os.path.abspath(".venv/bin/python")} -m nodeagent.slurm_step" --work-dir {cluster.work_dir}
+Ctrl-C stops it and removes {cluster.root}.""", flush=True)
+    try:
+        signal.pause()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        cluster.stop()
+
+
+if __name__ == "__main__":
+    main()

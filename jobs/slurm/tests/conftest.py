@@ -39,8 +39,20 @@ def fake_slurm(monkeypatch):
     from .fakes import FakeSlurm
 
     fake = FakeSlurm()
-    monkeypatch.setattr(SlurmCluster, "client", lambda self, timeout=10.0: fake)
+    def client(self, timeout: float = 10.0, user: str = "") -> FakeSlurm:
+        fake.users.append(user or self.user_name)
+        return fake
+
+    monkeypatch.setattr(SlurmCluster, "client", client)
     return fake
+
+
+@pytest.fixture
+def local(fake_slurm, tmp_path):
+    """A cluster row whose slurmrestd is `fake_slurm`, and its job completion file (fakes.jobcomp)."""
+    from .fakes import cluster
+
+    return cluster(jobcomp_path=str(tmp_path / "jobcomp.txt"))
 
 
 @pytest.fixture

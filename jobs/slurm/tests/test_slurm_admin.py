@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import io
 
 import pytest
 
@@ -22,6 +23,9 @@ def form(**overrides) -> dict:
         "console_url": "http://console:8000", "launcher": "/opt/simpleai/.venv/bin/python -m nodeagent.slurm_step",
         "work_dir": "/var/tmp/simpleai", "jobcomp_path": "/var/log/slurm/jobcomp.txt", "stop_grace_seconds": "30",
         "gpu_metrics": "auto", "metrics_interval_seconds": "10", "jwt_key": base64.b64encode(KEY).decode(), "token": "",
+        "default_time_limit_minutes": "1440", "max_time_limit_minutes": "10080",
+        # the Slurm accounts inline: none
+        "accounts-TOTAL_FORMS": "0", "accounts-INITIAL_FORMS": "0", "accounts-MIN_NUM_FORMS": "0", "accounts-MAX_NUM_FORMS": "1000",
     }
     data.update(overrides)
     return data
@@ -60,6 +64,8 @@ def test_saving_without_retyping_the_secret_keeps_it(staff_client):
     ({"spot_partition": "gpu"}, "Spot work needs its own, preemptible partition."),
     ({"launcher": "python 'unbalanced"}, "Not a command line"),
     ({"api_version": "v0.0.41"}, "Select a valid choice"),
+    ({"extra_sbatch_options": "--mem=10G"}, "--mem is set by the console from the job itself"),
+    ({"default_time_limit_minutes": "20000"}, "The default time limit is longer than the maximum."),
 ])
 def test_a_cluster_registration_that_cannot_work_is_refused_with_a_reason(staff_client, overrides, message):
     response = staff_client.post(ADD, form(**overrides))
@@ -102,3 +108,27 @@ def test_check_connection_asks_the_real_cluster_for_its_version_and_partitions(s
 
     SlurmCluster.objects.update(rest_url="http://127.0.0.1:9")
     assert check(staff_client, good).startswith("hpc: slurmrestd at http://127.0.0.1:9 is unreachable")
+
+
+@pytest.mark.slow
+def test_the_management_command_registers_and_checks_a_cluster(idle_slurm, tmp_path):
+    from django.core.management import CommandError, call_command
+
+    key = tmp_path / "jwt.key"
+    key.write_bytes(idle_slurm.jwt_key)
+    out = io.StringIO()
+    call_command("slurm_cluster", "add", "hpc", "--server-type", "g3", "--rest-url", idle_slurm.rest_url,
+                 "--user", idle_slurm.job_user, "--jwt-key-file", str(key), "--on-demand-partition", "ondemand",
+                 "--spot-partition", "spot", "--gpus-per-node", "8", "--console-url", "http://console:8000",
+                 "--jobcomp-path", str(idle_slurm.jobcomp), "--gpu-type", "b300", stdout=out)
+
+    assert out.getvalue().splitlines() == ["registered Slurm cluster hpc for server type g3",
+                                           "hpc: Slurm 22.05.8 answers; partitions found"]
+    assert SlurmCluster.objects.get().gpu_type == "b300"
+    SlurmCluster.objects.update(rest_url="http://127.0.0.1:9")
+    with pytest.raises(CommandError, match="hpc: slurmrestd at http://127.0.0.1:9 is unreachable"):
+        call_command("slurm_cluster", "check", "hpc")
+    with pytest.raises(CommandError, match="spot_partition: Spot work needs its own, preemptible partition."):
+        call_command("slurm_cluster", "add", "second", "--server-type", "g2", "--rest-url", "http://x:6820", "--user", "u",
+                     "--token", "t", "--on-demand-partition", "p", "--spot-partition", "p", "--gpus-per-node", "8",
+                     "--console-url", "http://c:8000", "--jobcomp-path", "/j")

@@ -37,8 +37,10 @@ def test_the_script_starts_one_launcher_task_on_every_allocated_node():
 
 def test_the_script_trades_the_launch_key_for_a_run_token_and_hides_the_key_from_the_tasks():
     script = build_batch_script(SPEC)
-    redeem = script.index('SIMPLEAI_ATTEMPT_TOKEN="$(/opt/simpleai/venv/bin/python -m nodeagent.slurm_step token)" || exit 1')
-    assert redeem < script.index("unset SIMPLEAI_LAUNCH_KEY") < script.index("exec srun")
+    # redeemed while srun starts the launchers; the token reaches them on srun's standard input
+    redeem = script.index("exec 3< <(/opt/simpleai/venv/bin/python -m nodeagent.slurm_step token)")
+    assert redeem < script.index("unset SIMPLEAI_LAUNCH_KEY") < script.index("exec srun --input=all")
+    assert script.rstrip().endswith("<&3 3<&-")
     assert "secret-key" not in script  # the key travels in the job's environment only
 
 

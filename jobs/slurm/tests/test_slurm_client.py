@@ -27,7 +27,7 @@ def test_every_api_version_submits_reads_and_cancels_a_two_node_job(idle_slurm, 
     assert client.ping() == "22.05.8"
     script = "#!/bin/bash\nsrun bash -c 'echo $SLURMD_NODENAME GPUs=$CUDA_VISIBLE_DEVICES'\nsleep 60\n"
 
-    job_id = client.submit(script, properties(idle_slurm, gpus=2))
+    job_id = client.submit(script, properties(idle_slurm, gpus=2)).job_id
 
     running = wait_until(lambda: (j := client.job(job_id)) and j.state == "RUNNING" and j, timeout=20, message="RUNNING")
     assert running.nodes == ("n1", "n2") and running.restart_count == 0 and running.start_time is not None
@@ -45,7 +45,7 @@ def test_every_api_version_submits_reads_and_cancels_a_two_node_job(idle_slurm, 
 
 def test_the_exit_code_of_a_failed_job_comes_from_its_completion_record(idle_slurm):
     client = idle_slurm.client()
-    job_id = client.submit("#!/bin/bash\nexit 7\n", properties(idle_slurm, nodes=1))
+    job_id = client.submit("#!/bin/bash\nexit 7\n", properties(idle_slurm, nodes=1)).job_id
 
     wait_until(lambda: client.job(job_id).state == "FAILED", timeout=20, message="FAILED")
     records = wait_until(lambda: jobcomp.read(str(idle_slurm.jobcomp), [job_id]).get(job_id), timeout=10, message="a record")
@@ -53,8 +53,18 @@ def test_the_exit_code_of_a_failed_job_comes_from_its_completion_record(idle_slu
 
 
 def test_a_submission_slurm_can_never_run_is_refused_with_slurms_words(idle_slurm):
-    with pytest.raises(SlurmRefused, match="Requested partition configuration not available now"):
-        idle_slurm.client().submit("#!/bin/bash\ntrue\n", properties(idle_slurm, nodes=3))
+    with pytest.raises(SlurmRefused, match="Invalid feature specification"):
+        idle_slurm.client().submit("#!/bin/bash\ntrue\n", {**properties(idle_slurm, nodes=1), "constraints": "no-such-feature"})
+
+
+def test_a_job_slurm_queues_with_a_complaint_is_submitted_not_refused(idle_slurm):
+    client = idle_slurm.client()
+    # more nodes than the partition has up: slurmctld answers with an error *and* a job id, and queues it
+    submitted = client.submit("#!/bin/bash\ntrue\n", properties(idle_slurm, nodes=3))
+
+    assert submitted.warnings == ("Requested partition configuration not available now",)
+    view = wait_until(lambda: (j := client.job(submitted.job_id)) and j.reason != "None" and j, timeout=10, message="a reason")
+    assert view.state == "PENDING" and view.reason in ("PartitionNodeLimit", "PartitionConfig")  # Slurm names either
 
 
 def test_a_job_slurm_does_not_know_is_none_and_cancelling_it_is_harmless(idle_slurm):

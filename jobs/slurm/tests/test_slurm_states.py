@@ -15,6 +15,7 @@ from jobs.slurm.states import (
     ALL_STATES,
     ENDING_STATES,
     FAILURE_STATES,
+    HELD_STATES,
     RUNNING_STATES,
     STARTING_STATES,
     WAITING_STATES,
@@ -52,14 +53,14 @@ def test_every_slurm_state_gets_a_decision_that_is_not_unknown(state, local):
     assert "unknown Slurm state" not in step.reason
 
 
-@pytest.mark.parametrize("state", sorted(WAITING_STATES))
+@pytest.mark.parametrize("state", sorted(WAITING_STATES - HELD_STATES))
 def test_a_queued_job_shows_why_it_waits(state):
     step = decide(view(state, "Resources"), QUEUED, SHAPE)
     assert step.action is Action.WAIT
     assert step.reason == "waiting for resources: 2 nodes × 8 GPUs are not free yet in partition gpu"
 
 
-@pytest.mark.parametrize("reason", sorted(_WAITING))
+@pytest.mark.parametrize("reason", sorted(r for r in _WAITING if "," not in r))
 def test_every_known_pending_reason_reads_as_words(reason):
     text = waiting_text(reason, SHAPE)
     assert text and "{" not in text
@@ -68,13 +69,39 @@ def test_every_known_pending_reason_reads_as_words(reason):
 
 @pytest.mark.parametrize(("reason", "expected"), [
     ("Priority", "queued behind jobs of higher priority in partition gpu"),
-    ("QOSMaxGRESPerUser", "held by a Slurm limit of the service user's account or QOS (QOSMaxGRESPerUser)"),
-    ("AssocGrpGRES", "held by a Slurm limit of the service user's account or QOS (AssocGrpGRES)"),
+    ("QOSMaxGRESPerUser", "held back by a Slurm limit of its account or QOS (QOSMaxGRESPerUser); it starts when usage "
+                          "drops below it"),
+    ("AssocGrpGRES", "held back by a Slurm limit of its account or QOS (AssocGrpGRES); it starts when usage drops below it"),
     ("SomethingNew", "waiting in Slurm (SomethingNew)"),
     ("BeginTime", "requeued; Slurm lets it start again after its requeue delay"),
+    ("ReqNodeNotAvail, UnavailableNodes:n1", "waiting for nodes of partition gpu: the ones it could use are down, drained "
+                                             "for maintenance or reserved; it starts when they are back"),
+    ("PartitionNodeLimit", "partition gpu cannot give it 2 nodes now: fewer of its nodes are up (the others drained or "
+                           "down), or its MaxNodes is lower; it starts when enough nodes are back"),
 ])
 def test_limits_and_unknown_reasons_still_say_something(reason, expected):
     assert waiting_text(reason, SHAPE) == expected
+
+
+def test_resources_that_are_drained_nodes_say_so_in_slurms_words():
+    drained = "Nodes required for job are DOWN, DRAINED or reserved for jobs in higher priority partitions"
+    text = waiting_text("Resources", SHAPE, drained)
+    assert text.startswith("waiting for nodes of partition gpu: some are down, drained for maintenance")
+
+
+@pytest.mark.parametrize(("state", "reason", "expected"), [
+    ("PENDING", "JobHeldAdmin", "held by a Slurm administrator"),
+    ("PENDING", "JobHeldUser", "held in Slurm by its submitter"),
+    ("PENDING", "launch failed requeued held", "held by Slurm after its batch script failed to launch on a node"),
+    ("REQUEUE_HOLD", "None", "held in Slurm (None)"),
+])
+def test_a_held_job_says_it_is_held_and_how_it_is_released(state, reason, expected):
+    for local in (QUEUED, dataclasses.replace(QUEUED, status=S.FAILOVER_IN_PROGRESS, failover_enabled=True)):
+        step = decide(dataclasses.replace(view(state, reason), nodes=()), local, SHAPE)
+        assert step.action is Action.WAIT
+        assert step.reason.startswith(expected)
+        assert step.reason.endswith("it does not start until an operator releases it in the admin (Slurm jobs → "
+                                    "Release held jobs) or with scontrol release 7")
 
 
 def test_one_node_one_gpu_is_said_in_the_singular():
@@ -99,7 +126,7 @@ def test_a_completed_job_completes():
 @pytest.mark.parametrize(("state", "expected"), [
     ("FAILED", "the command failed on n1, n2 (Slurm FAILED, exit code 3)"),
     ("OUT_OF_MEMORY", "out of memory: the job exceeded its memory on n1, n2 (Slurm OUT_OF_MEMORY)"),
-    ("TIMEOUT", "time limit reached: Slurm stopped it at its partition's time limit (Slurm TIMEOUT)"),
+    ("TIMEOUT", "time limit reached: Slurm stopped it at its time limit (Slurm TIMEOUT)"),
     ("DEADLINE", "deadline reached (Slurm DEADLINE)"),
     ("BOOT_FAIL", "node n1, n2 failed to boot (Slurm BOOT_FAIL)"),
     ("NODE_FAIL", "node failure on n1, n2 (Slurm NODE_FAIL); Job Failover is off"),

@@ -8,17 +8,21 @@ from __future__ import annotations
 import functools
 import json
 import time
+from datetime import timedelta
 
 import pytest
 from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.test import Client
+from django.utils import timezone
 
 from console.asgi import application
 from jobs import actions
 from jobs.models import JobAttempt, TrainingJob
 from jobs.slurm import runs, sync
 from jobs.slurm.models import SlurmJob, SlurmRun
+from jobs.storage import credentials
+from jobs.storage.credentials import checkpoint_signing_key
 from jobs.tests.ws import settled
 from monitoring.models import LogLine, MetricSeries
 from nodeagent.protocol import CLOSE_BAD_TOKEN
@@ -57,14 +61,31 @@ def test_the_launch_key_buys_a_token_for_this_run_and_starts_its_attempt(submitt
     assert TrainingJob.objects.get(pk=job.pk).status == "Creating"
 
 
-def test_a_second_redemption_of_the_same_run_replaces_the_token(submitted, fake_slurm):
+def test_a_runs_storage_keys_outlive_its_end_by_the_steps_stop_grace(submitted, fake_slurm, object_storage_settings):
+    """Slurm says a run ended (preempted, cancelled) while its steps still have the stop grace after
+    SIGTERM to save a last checkpoint: the attempt's keys are revoked only after it."""
+    job, key = submitted
+    fake_slurm.set(101, "RUNNING")
+    run = runs.run_for_token(redeem(key, job.pk).json()["token"])
+    assert run.attempt.storage_access_key  # the same keys of its own as an agent's attempt
+    grace = run.slurm_job.cluster.stop_grace_seconds
+    ended = timezone.now()
+    runs.close_run(run, "PREEMPTED", ended)
+    assert credentials.sweep().revoked == []
+    SlurmRun.objects.filter(pk=run.pk).update(ended_at=ended - timedelta(seconds=grace + 1))
+    assert credentials.sweep().revoked == [credentials.identity_name(job.pk, 1)]
+
+
+def test_a_retried_redemption_of_the_same_run_gets_the_same_token(submitted, fake_slurm):
+    """The batch step asks again when an answer is late; the token the first answer carried (to
+    launchers that may already hold it) must keep working."""
     job, key = submitted
     fake_slurm.set(101, "RUNNING")
     first = redeem(key, job.pk).json()["token"]
 
     second = redeem(key, job.pk).json()["token"]
 
-    assert runs.run_for_token(first) is None and runs.run_for_token(second) is not None
+    assert first == second and runs.run_for_token(first) is not None
     assert JobAttempt.objects.filter(job=job).count() == 1
 
 
@@ -155,13 +176,17 @@ def token(submitted, fake_slurm):
 async def test_a_launcher_gets_its_nodes_placement_with_the_allocations_first_host_as_master(submitted, token):
     job, _ = submitted
     socket, welcome, desired = await connect(token, "n2")
-    assert welcome["type"] == "welcome" and "object_storage" in welcome
+    # a step holds no object-storage keys of the node: its placement carries its attempt's own
+    assert welcome["type"] == "welcome" and "object_storage" not in welcome
     [placement] = desired["placements"]
     assert (placement["role"], placement["node_rank"], placement["nnodes"], placement["nproc_per_node"]) == ("worker-1", 1, 2, 4)
     assert placement["master_addr"] == "10.0.0.1"  # n1's NodeAddr
     assert placement["job_id"] == job.pk and placement["attempt"] == 1
     assert placement["resume_step"] is None and placement["stop_grace_seconds"] == 20
     assert placement["command"] == job.command
+    # the same message as an agent's (jobs.nodes.placement_message): the job's signing key, no console keys
+    assert placement["env"] == {"CHECKPOINT_SIGNING_KEY": checkpoint_signing_key(job.pk)} and "storage" not in placement
+    assert placement["tenant"] == {"id": job.owner_id, "name": "alice"}
     await socket.disconnect()
 
 
@@ -239,3 +264,26 @@ def test_the_launch_key_is_stored_only_as_its_hash(submitted):
     job, key = submitted
     row = SlurmJob.objects.get(job=job)
     assert key not in row.launch_key_hash and len(row.launch_key_hash) == 64
+
+
+# -- the end of a run ----------------------------------------------------------------------------
+def test_once_every_nodes_command_has_exited_the_console_polls_slurm_for_the_end_at_once(submitted, fake_slurm, monkeypatch):
+    """Slurm ends the job a moment after its launchers exit: the job's outcome waits for the pass
+    that sees it, which is asked for then and repeated until Slurm has said it, not a tick later."""
+    job, key = submitted
+    fake_slurm.set(101, "RUNNING")
+    run = runs.run_for_token(redeem(key, job.pk).json()["token"])
+    asked = []
+    monkeypatch.setattr("jobs.slurm.backend.current_app.send_task", lambda name, *a, **k: asked.append(name))
+
+    runs.record_step(run, "master", "exited", exit_code=0)
+    assert asked == [] and not sync.runs_ending()  # the other node still runs its command
+
+    runs.record_step(run, "worker-1", "exited", exit_code=0)
+    assert asked == ["jobs.slurm.tasks.sync_slurm"] and sync.runs_ending()
+
+    sync.sync_all()  # Slurm still says RUNNING: the job is not done yet, and the pass keeps looking
+    assert TrainingJob.objects.get(pk=job.pk).status != "Completed" and sync.runs_ending()
+    fake_slurm.set(101, "COMPLETED", end=timezone.now())
+    sync.sync_all()
+    assert TrainingJob.objects.get(pk=job.pk).status == "Completed" and not sync.runs_ending()

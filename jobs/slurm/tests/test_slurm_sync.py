@@ -6,45 +6,21 @@ end-to-end tests drive the same code against real daemons.
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
 
 import pytest
 
 from jobs import actions
 from jobs.models import JobAttempt, Node, NodeGPU, Placement, ServerType, TrainingJob
-from jobs.slurm import sync
+from jobs.slurm import submit, sync
 from jobs.slurm.client import SlurmRefused, SlurmUnreachable
 from jobs.slurm.models import SlurmCluster, SlurmJob
 from jobs.tasks import schedule_jobs
 
-from .fakes import NOW, cluster, g3_job
+from .fakes import NOW, g3_job, jobcomp, record, reload, slurm_id
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def local(fake_slurm, tmp_path) -> SlurmCluster:
-    return cluster(jobcomp_path=str(tmp_path / "jobcomp.txt"))
-
-
-def jobcomp(local: SlurmCluster, *lines: str) -> None:
-    with open(local.jobcomp_path, "a") as file:
-        for line in lines:
-            file.write(line + "\n")
-
-
-def record(job_id: int, state: str, exit_code: str = "0:0", nodes: str = "n[1-2]") -> str:
-    return (f"JobId={job_id} UserId=svc(1000) GroupId=svc(1000) Name=simpleai-x JobState={state} Partition=ondemand "
-            f"TimeLimit=UNLIMITED StartTime=2026-11-30T12:00:00 EndTime=2026-11-30T13:00:00 NodeList={nodes} NodeCnt=2 "
-            f"ProcCnt=2 WorkDir=/var/tmp/simpleai DerivedExitCode=0:0 ExitCode={exit_code} ")
-
-
-def reload(job: TrainingJob) -> TrainingJob:
-    return TrainingJob.objects.get(pk=job.pk)
-
-
-def slurm_id(job: TrainingJob) -> int:
-    return SlurmJob.objects.get(training_job_id=job.pk).slurm_job_id
 
 
 # -- submission ------------------------------------------------------------------------------------
@@ -265,23 +241,19 @@ def test_a_job_cancelled_in_slurm_by_someone_else_fails(alice, local, fake_slurm
 
 
 # -- the scheduler's hook ------------------------------------------------------------------------
-def test_the_agents_scheduler_never_places_a_slurm_served_job_on_an_agent_node(alice, local, fake_slurm, monkeypatch,
-                                                                               django_capture_on_commit_callbacks):
+def test_the_agents_scheduler_never_places_a_slurm_served_job_on_an_agent_node(alice, local, fake_slurm, monkeypatch):
     node = Node.objects.create(name="agent-g3", server_type=ServerType.objects.get(name="g3"), address="10.1.1.1", connected=True)
     NodeGPU.objects.bulk_create([NodeGPU(node=node, index=i, uuid=f"u{i}", model="B300", memory_gb=288) for i in range(8)])
     job = g3_job(alice, node_count=1)
+    calls = []
+    monkeypatch.setattr("jobs.slurm.backend.current_app.send_task", lambda name, *a, **k: calls.append(name))
 
-    with django_capture_on_commit_callbacks() as callbacks:
-        result = schedule_jobs()
+    result = schedule_jobs()
 
     assert result == {"placed": 0, "waiting": 0, "preempted": 0, "released": 0}
     assert not Placement.objects.filter(node=node).exists()
     assert reload(job).status == "Pending"
-    # …the Slurm pass is asked to submit it instead
-    calls = []
-    monkeypatch.setattr("jobs.slurm.backend.current_app.send_task", lambda name, *a, **k: calls.append(name))
-    for callback in callbacks:
-        callback()
+    # …the Slurm pass is asked to submit it instead, as the run reads it (not after the run's commit)
     assert "jobs.slurm.tasks.sync_slurm" in calls
 
 
@@ -298,3 +270,81 @@ def test_a_batch_script_that_fails_before_its_launchers_start_says_where_its_out
     assert job.status == "Failed"
     assert job.status_reason == (f"The batch script failed before the step launchers started (the command failed on n1, n2 "
                                  f"(Slurm FAILED, exit code 1)); its output is /var/tmp/simpleai/slurm-{sid}.out on the job's first node")
+
+
+# -- Slurm's answers, read right ------------------------------------------------------------------
+DRAINED = "Nodes required for job are DOWN, DRAINED or reserved for jobs in higher priority partitions"
+
+
+def test_a_job_slurm_queues_with_an_error_beside_its_id_waits_and_follows_slurms_reasons(alice, local, fake_slurm):
+    # what slurmctld answers with a node drained: an error *and* a job id; the job is queued, not refused
+    fake_slurm.warnings = ("Required node not available (down, drained or reserved)",)
+    job = g3_job(alice)
+
+    submit.submit_waiting(local, fake_slurm, {})
+
+    job = reload(job)
+    sid = slurm_id(job)
+    assert job.status == "Pending"
+    assert job.status_reason == (f"Submitted to Slurm cluster local as job {sid} "
+                                 "(Slurm: Required node not available (down, drained or reserved))")
+
+    fake_slurm.set(sid, "PENDING", "Resources", nodes=(), description=DRAINED)
+    sync.sync_all()
+    assert reload(job).status_reason.startswith(f"Slurm job {sid} on local: waiting for nodes of partition ondemand: "
+                                                "some are down, drained for maintenance")
+    fake_slurm.set(sid, "PENDING", "PartitionNodeLimit", nodes=())
+    sync.sync_all()
+    assert reload(job).status_reason.startswith(f"Slurm job {sid} on local: partition ondemand cannot give it 2 nodes now")
+    fake_slurm.set(sid, "PENDING", "Priority", nodes=())  # the node resumed; others are ahead
+    sync.sync_all()
+    assert reload(job).status_reason == f"Slurm job {sid} on local: queued behind jobs of higher priority in partition ondemand"
+    assert reload(job).status == "Pending" and fake_slurm.cancelled == []
+
+
+def test_a_failover_that_slurm_requeued_and_held_says_it_needs_a_release(alice, local, fake_slurm):
+    job = g3_job(alice, failover_enabled=True)
+    sync.sync_all()
+    sid = slurm_id(job)
+    fake_slurm.set(sid, "RUNNING")
+    sync.sync_all()
+    fake_slurm.set(sid, "PENDING", "BeginTime", restart=1, nodes=())
+    jobcomp(local, record(sid, "NODE_FAIL"))
+    sync.sync_all()
+    assert reload(job).status == "Pending - failoverinprogress"
+
+    fake_slurm.set(sid, "PENDING", "launch failed requeued held", restart=1, nodes=())
+    sync.sync_all()
+
+    job = reload(job)
+    assert job.status == "Pending - failoverinprogress"
+    assert job.status_reason == (
+        f"Slurm job {sid} on local: held by Slurm after its batch script failed to launch on a node (check the node "
+        f"first): it does not start until an operator releases it in the admin (Slurm jobs → Release held jobs) or "
+        f"with scontrol release {sid}")
+
+
+def test_strays_the_console_forgot_are_cancelled_and_a_lost_submission_is_adopted(alice, local, fake_slurm, caplog):
+    forgotten, lost = g3_job(alice, name="forgotten"), g3_job(alice, name="lost")
+    sync.sync_all()
+    stray, adopted = slurm_id(forgotten), slurm_id(lost)
+    # the row of the first one was finished by mistake (as the old code did on a drained node) and
+    # the job deleted; the second's id was never recorded
+    SlurmJob.objects.filter(slurm_job_id=stray).update(finished_at=NOW)
+    actions.delete_job(forgotten.pk)
+    SlurmJob.objects.filter(slurm_job_id=adopted).update(slurm_job_id=None)
+    TrainingJob.objects.filter(pk=lost.pk).update(status_reason="")
+    # another console's job on the same cluster, and one that is no console's at all
+    other = dataclasses.replace(fake_slurm.views[stray], job_id=999, comment=f"Simple AI Training job {lost.pk} (via http://other:8000)")
+    fake_slurm.views[999] = other
+    fake_slurm.views[998] = dataclasses.replace(other, job_id=998, name="someone-elses-job", comment="")
+
+    with caplog.at_level("WARNING", logger="jobs.slurm.sync"):
+        sync.sync_all()
+
+    assert fake_slurm.cancelled == [stray]
+    assert slurm_id(lost) == adopted and reload(lost).status_reason.startswith(f"Submitted to Slurm cluster local as job {adopted}")
+    assert f"cancelled stray Slurm job {stray} (PENDING) of job {forgotten.pk}" in caplog.text
+    assert f"adopted Slurm job {adopted} as the submission of job {lost.pk}" in caplog.text
+    sync.sync_all()
+    assert fake_slurm.cancelled == [stray]  # not again while Slurm ends it

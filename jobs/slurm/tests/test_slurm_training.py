@@ -17,6 +17,7 @@ from jobs.models import JobAttempt, Placement, TrainingJob
 from jobs.slurm.models import SlurmJob
 from jobs.tests.e2e.helpers import create_job, stream_text, wait_for_status
 from jobs.tests.e2e.stack import wait_until
+from jobs.tests.storage import space_client
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
 
@@ -46,8 +47,16 @@ def test_a_two_node_ddp_job_runs_through_slurm_and_completes(alice, slurm_cluste
     for rank in (2, 3):
         assert any(f"rank {rank} step 8 loss" in line for line in worker), worker
     # the launchers prepared the environment in the job's own streams, as the agents do
-    assert any("Downloading training script s3://e2e-scripts/train_ddp.py" in line for line in master)
+    assert any(f"Downloading training script {job.script_url}" in line for line in master)
     assert any("[SLURM] Slurm job" in line and "this node (n2) is rank 1" in line for line in worker)
+    # each node's step ran as a Unix user of its own in Alice's group, in its own namespaces
+    users = set()
+    for lines in (master, worker):
+        isolation = next(line for line in lines if line.startswith("[INFO] Isolation: "))
+        assert f"group of tenant alice, gid {2_000_000_000 + alice.pk}" in isolation, isolation
+        assert "own PID, mount and IPC namespaces" in isolation and "the step stays in the cgroup Slurm gave it" in isolation
+        users.add(isolation.split()[5])
+    assert len(users) == 2  # n1 and n2 share this machine: never one user for two steps
     record = SlurmJob.objects.get(job=job)
     assert record.state == "COMPLETED"
     attempt = JobAttempt.objects.get(job=job)
@@ -55,15 +64,16 @@ def test_a_two_node_ddp_job_runs_through_slurm_and_completes(alice, slurm_cluste
     assert sorted(Placement.objects.filter(attempt=attempt).values_list("node_name", "role")) == [("n1", "master"), ("n2", "worker-1")]
     assert attempt.slurm_run.state == "COMPLETED" and attempt.slurm_run.exit_code == 0
     # OUTPUT_DIR went to object storage, where the job page says it is
-    assert job.result_url.startswith(f"s3://{e2e_settings.S3_RESULTS_BUCKET}/jobs/{job.pk}/")
+    client, space = space_client(alice, object_store.endpoint)  # in Alice's own space, read with her keys
+    assert job.result_url.startswith(f"s3://{space.bucket}/jobs/{job.pk}/")
     bucket, _, prefix = job.result_url[len("s3://"):].partition("/")
-    keys = [o["Key"] for o in object_store.client().list_objects_v2(Bucket=bucket, Prefix=prefix).get("Contents", [])]
+    keys = [o["Key"] for o in client.list_objects_v2(Bucket=bucket, Prefix=prefix).get("Contents", [])]
     assert any(key.endswith("master/model.pt") for key in keys), keys
     # the Monitoring tab's data: each node's GPUs (simulated here) and each stream's training metrics
     api = APIClient()
     api.force_authenticate(alice)
-    gpus = [line["label"] for line in metric_series(api, job, "GPUUtilization", started)]
-    assert {"n1 GPU 0", "n1 GPU 1", "n2 GPU 0", "n2 GPU 1"} <= set(gpus), gpus
+    gpus = [(line["dimensions"]["node"], line["dimensions"]["gpu"]) for line in metric_series(api, job, "GPUUtilization", started)]
+    assert {("n1", 0), ("n1", 1), ("n2", 0), ("n2", 1)} <= set(gpus), gpus
     loss = metric_series(api, job, "TrainingLoss", started)
     assert sorted(line["dimensions"]["stream"] for line in loss) == ["master", "worker-1"]
 
@@ -82,7 +92,7 @@ def test_a_failing_rank_fails_the_job_and_slurm_stops_the_other_rank(alice, slur
 
     # the first node whose command failed, classified from its evidence, then Slurm's own word
     assert job.status_reason.startswith(
-        "Worker-1 on n2: no hardware fault signal: exited with code 1 (a Python exception)"), job.status_reason
+        "Worker-1 on n2: the command exited with code 1 (a Python exception)"), job.status_reason
     assert "Slurm FAILED, exit code 1" in job.status_reason
     assert history(job) == ["Pending", "Creating", "Running", "Failed"]
     # srun --kill-on-bad-exit stopped rank 0 long before its 400 steps

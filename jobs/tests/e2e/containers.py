@@ -22,7 +22,6 @@ each step took (`.ci/run` calls it before the suite, so the suite's time exclude
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import secrets
 import shutil
@@ -34,97 +33,24 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from ..machine import unavailable
 from . import framework_image
-
-CACHE_DIR = Path(os.environ.get("SIMPLEAI_CACHE_DIR", "/var/cache/simpleai"))
-RECIPE = "minbase-bookworm-python3-v1"  # change it when the image below changes: a new cache entry
-SUITE = "bookworm"
-MIRROR = os.environ.get("DEBOOTSTRAP_MIRROR", "http://deb.debian.org/debian")
-IMAGE_PATH = "team/minbase"
-IMAGE_TAG = "1"
-IMAGE_MARKER = "VARIANT_ID=simpleai-minbase"
-USERNAME = "trainer"
-# every binary the setup needs → the package that brings it
-PACKAGES = {
-    "/usr/bin/podman": "podman",
-    "/usr/sbin/runc": "runc",
-    "/usr/libexec/podman/catatonit": "catatonit",
-    "/usr/bin/docker-registry": "docker-registry",
-    "/usr/sbin/debootstrap": "debootstrap",
-    "/usr/bin/htpasswd": "apache2-utils",
-}
-
-
-class SetupError(RuntimeError):
-    """The container setup cannot be done on this machine (the message says why)."""
-
-
-def _run(args: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(args, capture_output=True, text=True, **kwargs)
-    if result.returncode:
-        raise SetupError(f"{' '.join(args[:4])} failed ({result.returncode}): {(result.stderr or result.stdout)[-2000:]}")
-    return result
-
-
-def ensure_packages() -> float:
-    """Install what is missing with apt; returns the seconds spent (0 when nothing was)."""
-    missing = sorted({package for path, package in PACKAGES.items() if not Path(path).exists()})
-    if not missing:
-        return 0.0
-    if os.geteuid() != 0:
-        raise SetupError(f"the container tests need {', '.join(missing)}; run them as root (apt-get install) or install them")
-    started = time.monotonic()
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    lock = ["-o", "DPkg::Lock::Timeout=300"]  # another apt run (a second session) finishes first
-    _run(["apt-get", *lock, "update", "-qq"], env=env)
-    _run(["apt-get", *lock, "install", "-y", "-qq", "--no-install-recommends", *missing], env=env)
-    return time.monotonic() - started
-
-
-@contextlib.contextmanager
-def _cache_lock():
-    CACHE_DIR.mkdir(parents=True, exist_ok=True)
-    with open(CACHE_DIR / ".lock", "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)  # two sessions never build the same entry at once
-        yield
-
-
-def ensure_rootfs() -> tuple[Path, float]:
-    """The base image's root file system as a tar (debootstrap on the first run); returns (path, seconds)."""
-    entry = CACHE_DIR / RECIPE
-    tar = entry / "rootfs.tar"
-    if tar.exists():
-        return tar, 0.0
-    started = time.monotonic()
-    with _cache_lock():
-        if tar.exists():
-            return tar, 0.0
-        entry.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=entry, prefix="build-") as build:
-            rootfs = Path(build) / "rootfs"
-            _run(["debootstrap", "--variant=minbase", "--include=python3,python-is-python3", SUITE, str(rootfs), MIRROR])
-            for junk in ("var/cache/apt", "var/lib/apt/lists", "usr/share/doc", "usr/share/locale", "usr/share/man"):
-                shutil.rmtree(rootfs / junk, ignore_errors=True)
-            # /etc/os-release is a link to /usr/lib/os-release: write the real file
-            os_release = rootfs / "usr/lib/os-release"
-            os_release.write_text(os_release.read_text() + f'VARIANT="Simple AI Training test image"\n{IMAGE_MARKER}\n')
-            partial = Path(build) / "rootfs.tar"
-            _run(["tar", "-C", str(rootfs), "-cf", str(partial), "."])
-            os.replace(partial, tar)  # atomic: a half-written tar is never taken for the cache
-    return tar, time.monotonic() - started
-
-
-def _link_or_copy(source: str, target: str) -> str:
-    try:
-        os.link(source, target)
-    except OSError:  # another file system
-        shutil.copy2(source, target)
-    return target
+from .base_image import (
+    CACHE_DIR,
+    IMAGE_PATH,
+    IMAGE_TAG,
+    RECIPE,
+    USERNAME,
+    SetupError,
+    cache_lock,
+    ensure_packages,
+    ensure_rootfs,
+    link_or_copy,
+    run,
+)
 
 
 def free_port() -> int:
@@ -263,7 +189,7 @@ runroot = "{self.root}/run"
     def _start_registry(self, data: Path) -> None:
         reg = self.root / "registry"
         reg.mkdir(exist_ok=True)
-        _run(["htpasswd", "-Bbc", str(reg / "htpasswd"), self.username, self.password])
+        run(["htpasswd", "-Bbc", str(reg / "htpasswd"), self.username, self.password])
         (reg / "config.yml").write_text(f"""\
 version: 0.1
 log:
@@ -303,31 +229,31 @@ auth:
     def _push_test_image(self, rootfs_tar: Path) -> None:
         env = self.podman_env()
         local = f"localhost/simpleai-minbase:{RECIPE}"
-        _run(["podman", "import", str(rootfs_tar), local], env=env)
-        _run(["podman", "push", "--tls-verify=false", "--creds", f"{self.username}:{self.password}", local, self.image], env=env)
+        run(["podman", "import", str(rootfs_tar), local], env=env)
+        run(["podman", "push", "--tls-verify=false", "--creds", f"{self.username}:{self.password}", local, self.image], env=env)
         # the first job of the session must really pull it
-        _run(["podman", "rmi", local], env=env)
+        run(["podman", "rmi", local], env=env)
 
     def start(self) -> ContainerHost:
         started = time.monotonic()
         self.timings["packages"] = ensure_packages()
         rootfs_tar, self.timings["debootstrap"] = ensure_rootfs()
-        frameworks_tar, self.timings["frameworks"] = framework_image.ensure_frameworks_tar(CACHE_DIR, rootfs_tar, _run)
+        frameworks_tar, self.timings["frameworks"] = framework_image.ensure_frameworks_tar(CACHE_DIR, rootfs_tar, run)
         started_here = time.monotonic()
         self._write_configuration()
         cached = CACHE_DIR / RECIPE / f"registry-{framework_image.FRAMEWORKS_RECIPE}"
         data = self.root / "registry-data"
         if cached.is_dir():
             # hard links: the registry never rewrites a blob, and the framework image is large
-            shutil.copytree(cached, data, copy_function=_link_or_copy)
+            shutil.copytree(cached, data, copy_function=link_or_copy)
         self._start_registry(data)
         self._start_podman()
         if not cached.is_dir():
             pushed = time.monotonic()
             self._push_test_image(rootfs_tar)
             framework_image.push_frameworks_image(frameworks_tar, self.registry, self.username, self.password,
-                                                  self.podman_env(), _run)
-            with _cache_lock():
+                                                  self.podman_env(), run)
+            with cache_lock():
                 if not cached.is_dir():
                     partial = cached.with_name(f"registry-{os.getpid()}")
                     shutil.copytree(data, partial)
@@ -391,14 +317,31 @@ def container_host(tmp_path_factory):
 
 @dataclass(frozen=True)
 class RuntimeUnderTest:
-    """How the node agents of a test run commands, and what a job needs for that runtime."""
+    """How the node agents of a test run commands, and what a job needs for that runtime.
+
+    Docker agents get a File Storage root (`--file-storage-root`, shared by the agents of the
+    test as a network file system would be by nodes) unless `file_storage_root` is None."""
 
     name: str
     host: ContainerHost | None = None
+    file_storage_root: Path | None = None
+    without_file_storage: bool = False  # the agents get no --file-storage-root at all
 
     @property
     def agent_args(self) -> tuple[str, ...]:
-        return ("--runtime", self.name) if self.host else ()
+        if not self.host:
+            return ()
+        storage = ("--file-storage-root", str(self.file_storage_root)) if self.file_storage_root else ()
+        return ("--runtime", self.name, *storage)
+
+    def share(self, owner) -> Path:
+        """The File Storage share of `owner` (a console user) on the test's nodes, made as an
+        agent makes it, for a test to put files in before a job mounts it."""
+        from nodeagent.fileshare import tenant_share
+        from nodeagent.jobusers import IdentityPool
+
+        assert self.file_storage_root is not None, "this runtime's agents have no File Storage"
+        return tenant_share(self.file_storage_root, owner.pk, IdentityPool().tenant_gid(owner.pk))
 
     @property
     def agent_env(self) -> dict[str, str]:
@@ -423,7 +366,8 @@ def runtime(request) -> RuntimeUnderTest:
     `@pytest.mark.parametrize("runtime", ["process", "docker"], indirect=True)`."""
     name = getattr(request, "param", "process")
     if name == "docker":
-        return RuntimeUnderTest("docker", request.getfixturevalue("container_host"))
+        root = request.getfixturevalue("tmp_path") / "file-storage"
+        return RuntimeUnderTest("docker", request.getfixturevalue("container_host"), file_storage_root=root)
     return RuntimeUnderTest("process")
 
 

@@ -33,7 +33,7 @@ def cache_dir() -> Path:
 
 def seeded_specs() -> list[protocol.TrainingEnvironment]:
     """The environments migration 0007 seeds, as a placement carries them."""
-    from jobs.environment_seeds import ENVIRONMENTS
+    from jobs.environments.seeds import ENVIRONMENTS
 
     labels = {"pytorch": "PyTorch", "deepspeed": "DeepSpeed"}
     return [

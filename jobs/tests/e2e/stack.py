@@ -17,7 +17,7 @@ from pathlib import Path
 from django.conf import settings
 
 from console.services.ports import free_port, wait_for_port
-from console.services.processes import beat_command, console_commands, worker_command
+from console.services.processes import agent_environment, beat_command, console_commands, worker_command
 
 ROOT = Path(settings.BASE_DIR)
 
@@ -31,6 +31,24 @@ def database_url() -> str:
     if host.startswith("/"):  # a Unix socket directory (make run's private PostgreSQL)
         return f"postgres://{auth}@/{db['NAME']}?host={host}&port={port}"
     return f"postgres://{auth}@{host}:{port}/{db['NAME']}"
+
+
+def console_env(object_store, database: str, redis: str, channels_prefix: str) -> dict[str, str]:
+    """The environment of the stack's console processes (and, less the console's credentials, its agents)."""
+    return {
+        **os.environ,
+        **object_store.env(),
+        "DJANGO_SETTINGS_MODULE": "console.settings",
+        "DATABASE_URL": database,
+        "REDIS_URL": redis,
+        "CELERY_BROKER_URL": redis,
+        "CHANNELS_PREFIX": channels_prefix,
+        # the agents fence themselves after 60 % of this: long enough to ride out a console restart
+        "NODE_LOST_AFTER_SECONDS": "20",
+        "JOB_STOP_GRACE_SECONDS": "5",
+        "SCHEDULER_TICK_SECONDS": "1",
+        "PYTHONUNBUFFERED": "1",
+    }
 
 
 def _stop(process: subprocess.Popen, timeout: float = 15) -> None:
@@ -86,6 +104,13 @@ class Stack:
     agents: list[Agent] = field(default_factory=list)
     env_cache: Path | None = None  # the agents' shared training environments (--env-cache)
     console_processes: int = 1  # daphne processes sharing the port (more than one: one listening socket)
+    # the nodes' File Storage (--file-storage-root): a tenant's share is <root>/<user id>, as on a
+    # cluster whose nodes all mount one network file system at the same place
+    file_storage_root: Path | None = None
+
+    def __post_init__(self) -> None:
+        if self.file_storage_root is None:
+            self.file_storage_root = self.log_dir / "file-storage"
 
     @property
     def url(self) -> str:
@@ -118,19 +143,32 @@ class Stack:
         self._spawn("beat", beat_command(self.log_dir / "beat-schedule"))
 
     def agent(self, name: str, token: str, gpus: str = "simulated:8", server_type: str = "g2", extra: tuple[str, ...] = (),
-              env: dict[str, str] | None = None, work_name: str = "") -> Agent:
+              env: dict[str, str] | None = None, work_name: str = "", file_storage: bool = True) -> Agent:
         """Start an agent; `extra` are more flags, `env` more variables (e.g. DOCKER_HOST);
-        `work_name` names its work dir when it is not the node's name (a second agent of a node)."""
+        `work_name` names its work dir when it is not the node's name (a second agent of a node);
+        `file_storage=False`: a node without File Storage (no --file-storage-root)."""
         work_dir = self.log_dir / "nodes" / (work_name or name)
         work_dir.mkdir(parents=True, exist_ok=True)
         args = [
-            sys.executable, "-m", "nodeagent", "--console", self.url, "--token", token, "--name", name,
+            sys.executable, "-m", "nodeagent", "--console", self.url, "--name", name,
             "--gpus", gpus, "--server-type", server_type, "--work-dir", str(work_dir), "--address", "127.0.0.1",
-            *(("--env-cache", str(self.env_cache)) if self.env_cache else ()), *extra,
+            *(("--env-cache", str(self.env_cache)) if self.env_cache else ()),
+            *(("--file-storage-root", str(self.file_storage_root)) if file_storage else ()), *extra,
         ]
-        agent = Agent(name, token, work_dir, self.log_dir / f"agent-{work_name or name}.log", args, {**self.env, **(env or {})})
+        # as make run starts them: without the console's credentials (a job on the node must not find
+        # them), the token in the agent's environment, never on its command line (readable by every user)
+        agent_env = {**agent_environment(self.env), **(env or {}), "NODEAGENT_TOKEN": token}
+        agent = Agent(name, token, work_dir, self.log_dir / f"agent-{work_name or name}.log", args, agent_env)
         self.agents.append(agent)
         return agent.start()
+
+    def share(self, tenant_id: int) -> Path:
+        """A tenant's File Storage share as the nodes see it (made here if missing; the agents give
+        it to the tenant's group on first use)."""
+        assert self.file_storage_root is not None
+        share = self.file_storage_root / str(tenant_id)
+        share.mkdir(parents=True, exist_ok=True)
+        return share
 
     def stop(self) -> None:
         for agent in self.agents:

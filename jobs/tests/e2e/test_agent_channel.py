@@ -2,8 +2,9 @@
 
 A raw WebSocket client speaks for a node with a real token, beside real agents running jobs:
 nothing it sends may jam its own connection, write into another node's job, or cordon a
-shared node; a second agent with the same token replaces the first; a console that cannot
-reach its database asks its agents to come back later, and their jobs go on.
+shared node; a second agent with the same token is refused while the first lives, and gets the
+node once the first is gone; a console that cannot reach its database asks its agents to come
+back later, and their jobs go on.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import pytest
 from asgiref.sync import async_to_sync
 from websockets.asyncio.client import connect
 
-from jobs.agent_writes import checkpoint_prefix
+from jobs.channel.writes import checkpoint_prefix
 from jobs.models import JobAttempt, Node, NodeToken, RejectedAgentMessage
 from monitoring.models import LogLine, MetricSeries
 from nodeagent import protocol
@@ -160,7 +161,7 @@ def test_a_node_cannot_write_into_another_nodes_job(alice, stack, start_nodes, e
     assert job.checkpoint_step is None and job.checkpoint_url == ""
     assert RejectedAgentMessage.objects.filter(node_name="node-b").count() == len(forged)
     # and a commit outside the job's own prefix is refused even from its own node
-    assert checkpoint_prefix(job.pk).endswith(f"/jobs/{job.pk}/checkpoints/")
+    assert checkpoint_prefix(job.owner_id, job.pk).endswith(f"/jobs/{job.pk}/checkpoints/")
 
 
 def test_output_that_mentions_an_ecc_error_cordons_nothing(alice, bob, start_nodes):
@@ -172,7 +173,7 @@ def test_output_that_mentions_an_ecc_error_cordons_nothing(alice, bob, start_nod
     job = create_job(alice, "prints-ecc", f"echo '{line}'; exit 1", failover_enabled=True)
     job = wait_for_status(job.pk, "Pending - internalerror", "Pending - failoverinprogress", "Failed", timeout=60)
     job = wait_for_status(job.pk, "Pending - internalerror", timeout=30)  # the recheck found no agent evidence
-    assert "no hardware fault signal" in job.status_reason
+    assert "a second look found no hardware fault" in job.status_reason
     node = Node.objects.get(name="shared-ecc")
     assert not node.cordoned and node.gpus.filter(healthy=False).count() == 0
     assert JobAttempt.objects.filter(job=job).count() == 1  # no failover
@@ -196,20 +197,34 @@ def test_long_output_lines_reach_the_log_and_jam_nothing(alice, start_nodes):
     assert "reconnecting" not in agents[0].output()
 
 
-def test_a_second_agent_with_the_same_token_replaces_the_first(alice, stack, start_nodes):
-    """Both used to be accepted and ran the same placement twice."""
+def test_a_second_agent_with_the_nodes_token_is_refused_while_the_first_runs(alice, stack, start_nodes):
+    """Whoever held a node's token took its place: its hello (an empty `running`) made the console
+    drop the real agent's placements, and the desired state went to it. Refused now while the
+    real agent lives; once it is gone (killed), a new agent process gets the node."""
     [first] = start_nodes("twin")
-    job = create_job(alice, "twin-job", LOOP.format(n=30), failover_enabled=True)
+    job = create_job(alice, "twin-job", LOOP.format(n=60), failover_enabled=True)
     wait_for_status(job.pk, "Running", timeout=60)
+    wait_until(lambda: LogLine.objects.filter(job=job, text="step 2").exists(), timeout=30, message="step 2")
     session = Node.objects.get(name="twin").session
 
-    stack.agent("twin", first.token, work_name="twin-2")  # same token, its own (empty) work dir
-    wait_until(lambda: first.process.poll() is not None, timeout=30, message="the replaced agent to exit")
-    assert first.process.returncode == 3
-    assert "replaced this one" in first.output()
+    second = stack.agent("twin", first.token, work_name="twin-2")  # same token, its own (empty) work dir
+    wait_until(lambda: second.output().count("held by another live connection") >= 2, timeout=30,
+               message="the second agent to be refused, and to try again")
+    assert "is connected over another connection whose agent is alive" in second.output()  # the console's words
+    assert second.process.poll() is None and first.process.poll() is None  # neither gave up
+    assert "registered as node" not in second.output()  # no welcome, so no desired state either
+    node = Node.objects.get(name="twin")
+    assert node.session == session and node.connected
+    job.refresh_from_db()
+    assert job.status == "Running" and job.current_attempt == 1
+    assert JobAttempt.objects.get(job=job, number=1).placements.get().state == "running"
+
+    first.kill()  # the real agent is gone: its connection closes
     node = wait_until(lambda: Node.objects.filter(name="twin", session__gt=session, connected=True).first(),
-                      timeout=30, message="the new connection")
-    # the replaced agent's processes are gone with it: the placement is lost, not run twice
+                      timeout=60, message="the second agent to get the node")
+    # the console records the node before its welcome reaches the agent, which logs it then
+    wait_until(lambda: "registered as node twin" in second.output(), timeout=30, message="the welcome")
+    # the killed agent's processes are gone with it as far as the console knows: lost, run again
     attempt = JobAttempt.objects.get(job=job, number=1)
     assert "came back without this placement" in attempt.cause
     job = wait_for_status(job.pk, "Completed", "Failed", timeout=120)

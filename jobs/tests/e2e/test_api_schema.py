@@ -20,6 +20,7 @@ from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
+    negative_data_rejection,
     response_schema_conformance,
     status_code_conformance,
 )
@@ -65,11 +66,14 @@ def objects(transactional_db) -> dict:
     NodeGPU.objects.create(node=node, index=0, uuid="GPU-s-0", model="NVIDIA H100 SXM", memory_gb=80)
     tokens = {name: Token.objects.create(user=user).key for name, user in [("alice", alice), ("staff", staff)]}
     pending = actions.create_job(alice, job_fields(name="schema-probe-waiting"), [])  # deleting it answers 204
-    return {"tokens": tokens, "jobs": [job.pk, pending.pk], "node": node.pk}
+    stoppable = actions.create_job(alice, job_fields(name="schema-probe-stoppable"), [])  # stop: 200, then 409
+    return {"tokens": tokens, "jobs": [job.pk, pending.pk], "stoppable": stoppable.pk, "node": node.pk}
 
 
 def real_ids(path: str, objects: dict) -> list[dict]:
     """Path parameters naming objects that exist, so examples reach past the 404."""
+    if path == "/api/v1/training-jobs/{id}/stop/":
+        return [{"id": objects["stoppable"]}]
     if path.startswith("/api/v1/training-jobs/{id}"):
         return [{"id": job_id} for job_id in objects["jobs"]]
     if path.startswith("/api/v1/nodes/{id}"):
@@ -87,17 +91,20 @@ def test_every_operation_answers_as_the_schema_says(api_server, objects):
     )
     findings: list[str] = []
     seen: defaultdict[str, set[int]] = defaultdict(set)
-    # deletions last: the other operations reach the job and the node first
-    operations = sorted((result.ok() for result in schema.get_all_operations()), key=lambda op: op.method.upper() == "DELETE")
-    assert len(operations) >= 18
+    # deletions last: the other operations reach the job and the node first; and stop after them
+    # all (it would end the running job that a deletion answers 202 for)
+    operations = sorted((result.ok() for result in schema.get_all_operations()),
+                        key=lambda op: (op.path.endswith("/stop/"), op.method.upper() == "DELETE"))
+    assert len(operations) >= 20
     for operation in operations:
         codes = seen[f"{operation.method.upper()} {operation.path}"]
         strategies = [operation.as_strategy(GenerationMode.POSITIVE), operation.as_strategy(GenerationMode.NEGATIVE)]
         strategies += [operation.as_strategy(GenerationMode.POSITIVE, path_parameters=ids)
                        for ids in real_ids(operation.path, objects)]
-        if operation.method.upper() == "POST" and operation.path == "/api/v1/training-jobs/":
-            # a valid job once (201), then the same again (a duplicate name: 400)
-            strategies.append(operation.as_strategy(GenerationMode.POSITIVE, body=api_payload(name="from-schema"),
+        if operation.method.upper() == "POST" and operation.path in {"/api/v1/training-jobs/", "/api/v1/training-jobs/validate/"}:
+            # a valid job once (201; validate: 200), then the same again (created: a duplicate name, 400)
+            name = "from-schema-checked" if operation.path.endswith("/validate/") else "from-schema"
+            strategies.append(operation.as_strategy(GenerationMode.POSITIVE, body=api_payload(name=name),
                                                     media_type="application/json"))
         for strategy in strategies:
 
@@ -121,3 +128,37 @@ def test_every_operation_answers_as_the_schema_says(api_server, objects):
     assert not findings, "\n\n".join(findings)
     # the run reached past the happy path: these answers were all met, and all were documented
     assert set().union(*seen.values()) >= {200, 201, 202, 204, 400, 401, 403, 404, 409}
+
+
+# the operations whose rules the schema declares (jobs.api.schema, console.lib.api_strict): what it
+# calls invalid, the API refuses
+DECLARED = [
+    ("GET", "/api/v1/training-jobs/"), ("POST", "/api/v1/training-jobs/"), ("POST", "/api/v1/training-jobs/validate/"),
+    ("GET", "/api/v1/training-jobs/{id}/logs/"), ("GET", "/api/v1/training-jobs/{id}/metrics/"),
+]
+
+
+@pytest.mark.duration(30)
+def test_what_the_schema_declares_invalid_the_api_refuses(api_server, objects):
+    token = objects["tokens"]["alice"]
+    schema = schemathesis.openapi.from_url(f"{api_server.url}/api/schema/?format=json", headers={"Authorization": f"Token {token}"})
+    findings: list[str] = []
+    for method, path in DECLARED:
+        operation = schema[path][method].ok() if hasattr(schema[path][method], "ok") else schema[path][method]
+        ids = {"id": objects["jobs"][0]} if "{id}" in path else None
+        strategy = operation.as_strategy(GenerationMode.NEGATIVE, **({"path_parameters": ids} if ids else {}))
+
+        @given(case=strategy)
+        @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck),
+                  phases=[Phase.generate], derandomize=True, database=None)
+        def exchange(case):
+            case.call_and_validate(base_url=api_server.url, headers={"Authorization": f"Token {token}"},
+                                   checks=[not_a_server_error, negative_data_rejection])
+
+        try:
+            exchange()
+        except Unsatisfiable:
+            pass
+        except (Exception, BaseExceptionGroup) as failure:
+            findings.append(f"{method} {path}: {str(failure)[:1500]}")
+    assert not findings, "\n\n".join(findings)

@@ -1,6 +1,6 @@
 """The console a user trusts, in a real browser on a real daphne (WebSockets through Redis):
-the live job list, an ended job's tabs, empty charts, Spot vs Job Failover in the form, and
-the error pages. One Chromium for the module; screenshots go to docs/screenshots.
+the live job list, an ended job's tabs, empty charts, Spot vs Job Failover in the form, the
+error pages, and the user guide's first job (docs/user/first-job.md) exactly as it tells it. One Chromium for the module; screenshots go to docs/screenshots.
 
 A missing Playwright or Chromium fails these tests: they are not skipped.
 """
@@ -8,6 +8,7 @@ A missing Playwright or Chromium fails these tests: they are not skipped.
 from __future__ import annotations
 
 import os
+import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -18,6 +19,7 @@ from playwright.sync_api import expect, sync_playwright
 
 from jobs import actions, console_log
 from jobs.choices import JobStatus
+from jobs.models import TrainingJob
 from monitoring import metrics_ingest
 
 from .helpers import create_job
@@ -176,7 +178,9 @@ def test_an_empty_chart_says_no_data_yet_without_empty_axes(alice, stack, page):
     loss = page.locator('.chart[data-metric="TrainingLoss"]')
     expect(loss.locator(".main-svg").first).to_be_visible(timeout=20_000)
     expect(loss).to_have_attribute("data-empty", "true")
-    expect(loss.locator(".annotation-text")).to_have_text("No data yet")
+    expect(loss.locator(".annotation-text").first).to_have_text("No data yet")
+    # and how a script reports it (docs/user/metrics.md)
+    expect(loss.locator(".annotation-text").nth(1)).to_have_text('Your script reports it by printing a lineSIMPLEAI_METRIC {"step": 10, "loss": 0.5}')
     assert loss.locator(".xtick, .ytick").count() == 0  # no "00:00:00" ticks, no "0" under them
     expect(page.locator("#metrics-state")).to_contain_text("Live")
     page.screenshot(path=str(SCREENSHOTS / "job-monitoring-empty.png"), full_page=True)
@@ -237,3 +241,71 @@ def test_error_pages_keep_the_layout_and_a_way_back(stack, page):
     assert icon.status == 200 and icon.headers["content-type"] == "image/x-icon"
     # the 404 and 403 answers themselves are the only console errors: no favicon 404 anywhere
     assert all("favicon" not in problem and ("404" in problem or "403" in problem) for problem in page.problems), page.problems
+
+
+# -- the user guide's first job: log in (a session here; the form: jobs/tests/test_browser.py),
+# upload its train.py from the account page, create it with its values, land on its page, see it
+# Completed with its log and loss curve
+FIRST_JOB = settings.BASE_DIR / "docs" / "user" / "first-job.md"
+
+
+def docs_train_py() -> str:
+    """The page's train.py, as a reader copies it."""
+    return re.search(r"Save this as `train.py`.*?```python\n(.*?)```", FIRST_JOB.read_text(), re.S).group(1)
+
+
+def docs_values() -> dict[str, str]:
+    """The page's table of what to fill in (field → value)."""
+    rows = re.findall(r"^\| (.+?) \| `([^`]+)`", FIRST_JOB.read_text(), re.M)
+    return dict(rows)
+
+
+@pytest.mark.duration(40)
+def test_the_first_job_runs_as_the_user_guide_tells_it(alice, stack, start_nodes, e2e_settings, page, tmp_path):
+    # a GPU sample every second: the docs' job runs for seconds, and the default 10 s may fall outside it
+    start_nodes("local-node-1", extra=("--metrics-interval", "1"))
+    script = tmp_path / "train.py"
+    script.write_text(docs_train_py())
+    values = docs_values()
+    assert (values["Training Job name"], values["Command"]) == ("first-job", "python train.py")
+
+    # 1. logged in (the login form itself: jobs/tests/test_browser.py), on the Service Home
+    page.goto(f"{stack.url}/")
+    # 3. upload it: the user name in the header opens the account page
+    page.click("a.who")
+    page.set_input_files("#upload-file", str(script))
+    page.click("#upload-button")
+    expect(page.locator("#upload-result")).to_be_visible(timeout=30_000)
+    url = page.locator("#upload-url").inner_text()
+    assert url == f"s3://simpleai-u{alice.pk}/uploads/train.py"
+
+    # 4. create the job: Training Jobs › Create Training Job, the defaults and the page's values
+    page.click(".topbar nav a:has-text(\"Training Jobs\")")
+    page.click("text=Create Training Job")
+    page.fill("#id_name", values["Training Job name"])
+    page.fill("#id_image_url", "python:3.11")
+    page.check("#id_use_storage")
+    page.fill("#id_script_url", url)
+    page.fill("#id_command", values["Command"])
+    page.click("#create-button")
+    with page.expect_navigation():
+        page.click("#confirm-create-button")
+    assert "/create/" not in page.url, page.locator("p.error").all_inner_texts()  # the form's own refusals
+
+    # 5. watch it: the console lands on the new job's page, which follows it to Completed
+    page.wait_for_url(re.compile(r"/jobs/\d+/$"))
+    job = TrainingJob.objects.get(owner=alice, name="first-job")
+    assert page.url == f"{stack.url}/jobs/{job.pk}/"
+    expect(page.locator("#job-status")).to_have_text("Completed", timeout=90_000)
+    expect(page.locator("#job-status-reason")).to_have_text("The command exited with code 0")
+    page.click(".tabs a[data-tab=logs]")
+    log = page.locator("#log-view")
+    expect(log).to_contain_text("done: weight 2.99, bias 1.01")
+    expect(log).to_contain_text(f"Output uploaded to s3://simpleai-u{alice.pk}/jobs/{job.pk}/attempt-1/master (1 file)")
+    expect(log).not_to_contain_text("sidecar container")  # the process runtime runs no container
+    page.click(".tabs a[data-tab=monitoring]")
+    loss = page.locator('.chart[data-metric="TrainingLoss"]')
+    expect(loss).to_have_attribute("data-empty", "false", timeout=20_000)
+    expect(page.locator("#metrics-simulated")).to_contain_text("Simulated GPUs on local-node-1", timeout=20_000)  # GPU samples ship apart from the loss
+    page.screenshot(path=str(SCREENSHOTS / "first-job.png"), full_page=True)
+    assert page.problems == []

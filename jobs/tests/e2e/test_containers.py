@@ -20,9 +20,11 @@ from django.test import Client
 
 from jobs import actions
 from jobs.models import TrainingJob
+from jobs.tests.storage import space_client
 from monitoring.models import LogLine
 
-from .containers import IMAGE_MARKER, RuntimeUnderTest
+from .base_image import IMAGE_MARKER
+from .containers import RuntimeUnderTest
 from .helpers import create_job, stream_text, wait_for_status
 from .stack import wait_until
 
@@ -30,9 +32,12 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True, serializ
 
 
 @pytest.fixture
-def runtime(container_host) -> RuntimeUnderTest:
-    """Every agent of this module runs commands in containers."""
-    return RuntimeUnderTest("docker", container_host)
+def runtime(request, container_host, tmp_path) -> RuntimeUnderTest:
+    """Every agent of this module runs commands in containers, with a File Storage root unless the
+    test is parametrized with `without-file-storage`."""
+    if getattr(request, "param", "") == "without-file-storage":
+        return RuntimeUnderTest("docker", container_host, without_file_storage=True)
+    return RuntimeUnderTest("docker", container_host, file_storage_root=tmp_path / "file-storage")
 
 
 def _secret_forms(username: str, password: str) -> list[str]:
@@ -71,23 +76,23 @@ def _remove_test_image(host) -> None:
 
 
 def test_a_job_runs_in_its_image_pulled_with_its_credentials(alice, bob, stack, start_nodes, container_host, object_store,
-                                                             e2e_settings, tmp_path):
+                                                             e2e_settings, runtime):
     start_nodes("node-a", "node-b")  # node-b for Bob: node-a may stay warm for Alice (the warm pool)
     _remove_test_image(container_host)  # the first job of this test really pulls
-    volume = tmp_path / "file-storage"
-    volume.mkdir()
-    (volume / "dataset.txt").write_text("tokens from File Storage\n")
+    (runtime.share(alice) / "dataset.txt").write_text("tokens from File Storage\n")
     program = "\n".join([
         "import os, pathlib",
         "print(pathlib.Path('/etc/os-release').read_text())",
-        f"print('volume:', pathlib.Path('{volume}/dataset.txt').read_text().strip())",
+        "print('volume:', pathlib.Path('/mnt/data/dataset.txt').read_text().strip())",
+        "print('user:', os.getuid(), os.environ['USER'])",
         "print('vendor writable:', os.access(os.environ['CHECKPOINT_VENDOR'], os.W_OK))",
         "print('vendor has datastates:', os.path.isdir(os.environ['CHECKPOINT_VENDOR'] + '/datastates'))",
         "shm = os.statvfs('/dev/shm')",
         "print('shm GiB:', shm.f_blocks * shm.f_frsize // 2**30)",
         "pathlib.Path(os.environ['OUTPUT_DIR'], 'result.txt').write_text('trained in a container')",
     ])
-    job = create_job(alice, "in-image", f'python3 -c "{program}"', volume_mount_path=str(volume),
+    # File Storage: Alice's share on the nodes, at her mount path inside the container
+    job = create_job(alice, "in-image", f'python3 -c "{program}"', volume_mount_path="/mnt/data",
                      **container_host.job_fields())
 
     job = wait_for_status(job.pk, "Completed", "Failed", timeout=120)
@@ -97,6 +102,8 @@ def test_a_job_runs_in_its_image_pulled_with_its_credentials(alice, bob, stack, 
     # /etc/os-release of the image, not of the host
     assert IMAGE_MARKER in lines and IMAGE_MARKER not in Path("/etc/os-release").read_text()
     assert "volume: tokens from File Storage" in lines
+    user = next(line for line in lines if line.startswith("user: ")).split()
+    assert user[1] != "0" and user[2] == f"job{user[1]}"  # a user of its own, never root
     assert "vendor writable: False" in lines and "vendor has datastates: True" in lines
     assert "shm GiB: 8" in lines
     # the pull is its own step, after the preparation starts and before the command
@@ -106,7 +113,8 @@ def test_a_job_runs_in_its_image_pulled_with_its_credentials(alice, bob, stack, 
     assert pulling < pulled < started
     # the output directory was uploaded
     bucket, _, prefix = job.result_url[len("s3://"):].partition("/")
-    keys = [o["Key"] for o in object_store.client().list_objects_v2(Bucket=bucket, Prefix=prefix).get("Contents", [])]
+    client, _ = space_client(job.owner, object_store.endpoint)  # the owner's own keys read it
+    keys = [o["Key"] for o in client.list_objects_v2(Bucket=bucket, Prefix=prefix).get("Contents", [])]
     assert any(key.endswith("master/result.txt") for key in keys), keys
     assert container_host.containers(job=str(job.pk)) == []
 
@@ -133,6 +141,23 @@ def test_a_job_runs_in_its_image_pulled_with_its_credentials(alice, bob, stack, 
                and "reused, nothing downloaded (registry check" in line for line in third), third
     assert_password_nowhere(container_host.password, container_host.username, stack, alice, [job, again])
     assert_password_nowhere(container_host.password, container_host.username, stack, bob, [other])
+
+
+@pytest.mark.parametrize("runtime", ["without-file-storage"], indirect=True)
+def test_a_mount_path_on_nodes_without_file_storage_fails_the_job_saying_why(alice, start_nodes, container_host,
+                                                                              e2e_settings, runtime):
+    start_nodes("node-a")
+    job = create_job(alice, "no-share-here", "echo never", volume_mount_path="/mnt/data", **container_host.job_fields())
+
+    job = wait_for_status(job.pk, "Failed", "Completed", timeout=60)
+
+    says = ("File Storage is not available on node-a: the job mounts it at /mnt/data, and this node's agent runs "
+            "without --file-storage-root")
+    assert job.status == "Failed" and says in job.status_reason, job.status_reason
+    lines = stream_text(job.pk, "master")
+    assert any(line.startswith("[ERROR]") and says in line for line in lines), lines
+    assert "never" not in lines
+    assert container_host.containers(job=str(job.pk)) == []
 
 
 def test_a_two_node_job_meets_at_the_master_over_host_networking(alice, start_nodes, container_host, upload_script, e2e_settings):

@@ -1,9 +1,9 @@
 """The seed's "Run Job" commands, verbatim, on two nodes in the job's training environment.
 
 Real agents (process runtime) build or reuse the environment of the job's framework version
-(jobs.environments → nodeagent.envcache), and the platform's `deepspeed`/`accelerate` wrappers
-join both nodes into one world without ssh. The scripts and configs lie on a directory both
-nodes see, the job's File Storage volume, at absolute paths as in the seed.
+(jobs.environments.offered → nodeagent.envcache), and the platform's `deepspeed`/`accelerate` wrappers
+join both nodes into one world without ssh. The scripts and configs lie on the job's File
+Storage volume, which both nodes mount, at absolute paths as in the seed.
 """
 
 from __future__ import annotations
@@ -32,10 +32,12 @@ VOLUME_FILES += [CHECKPOINT_SCRIPTS / "support.py", CHECKPOINT_SCRIPTS / "tiny_c
 
 
 @pytest.fixture
-def volume(tmp_path) -> Path:
-    """The File Storage volume both nodes mount: the scripts and configs, and room for results."""
-    folder = tmp_path / "experiment"
-    folder.mkdir()
+def volume(stack, alice) -> Path:
+    """Alice's File Storage share on the nodes (both agents' --file-storage-root), holding the
+    scripts and configs, with room for results. Her jobs mount it at the same path, so the test
+    reads what they wrote where they wrote it (a mount path names a place inside the job: it is
+    the agent that binds the tenant's share there)."""
+    folder = stack.share(alice.pk)
     for path in VOLUME_FILES:
         shutil.copy(path, folder / path.name)
     return folder
@@ -45,8 +47,9 @@ def ranks_in(job_id: int, stream: str, pattern: str) -> set[int]:
     return {int(m.group(1)) for line in stream_text(job_id, stream) if (m := re.search(pattern, line))}
 
 
-def run_on_two_nodes(alice, framework: str, command: str, volume: Path, runtime: RuntimeUnderTest | None = None,
+def run_on_two_nodes(alice, framework: str, command: str, volume: Path | str, runtime: RuntimeUnderTest | None = None,
                      timeout: float = 240, **fields) -> TrainingJob:
+    """`volume`: the job's File Storage mount path (the volume's own path, or where a container mounts it)."""
     version = TrainingEnvironment.objects.get(framework=framework).version
     job = create_job(alice, f"{framework}-shape", command, node_count=2, framework=framework, framework_version=version,
                      volume_mount_path=str(volume), **fields)
@@ -135,7 +138,7 @@ def test_the_seed_accelerate_command_trains_the_trainer_across_both_nodes(alice,
 # other workers, and the job starts twice: three minutes in CI, over four under a heavier load.
 @pytest.mark.timeout(600)
 def test_a_zero3_deepspeed_job_resumes_from_its_concurrent_checkpoint_after_a_failover(alice, start_nodes, volume, e2e_settings):
-    from jobs.nodes import registry
+    from jobs.nodes import hardware
 
     start_nodes("node-a", "node-b")
     command = (f"PYTHONPATH=$CHECKPOINT_VENDOR deepspeed --num_gpus=2 {volume}/train_deepspeed.py "
@@ -146,7 +149,7 @@ def test_a_zero3_deepspeed_job_resumes_from_its_concurrent_checkpoint_after_a_fa
     wait_for_checkpoint(job.pk, 8, timeout=240)
     faulty = JobAttempt.objects.get(job=job, number=1).placements.get(role="master").node_name
 
-    registry.inject_fault(Node.objects.get(name=faulty).pk, "xid", 0, 79)  # the GPU falls off the bus
+    hardware.inject_fault(Node.objects.get(name=faulty).pk, "xid", 0, 79)  # the GPU falls off the bus
 
     job = wait_for_status(job.pk, "Completed", "Failed", "Pending - internalerror", "Pending - maxretriesexceeded", timeout=240)
     assert job.status == "Completed", job.status_reason
@@ -164,6 +167,7 @@ def test_a_zero3_deepspeed_job_resumes_from_its_concurrent_checkpoint_after_a_fa
 # -- the Docker runtime: the job's image provides the environment -------------------------------
 
 IN_CONTAINERS = pytest.mark.parametrize("runtime", ["docker"], indirect=True)
+CONTAINER_VOLUME = "/mnt/experiment"  # where a container sees its owner's File Storage share
 # Alone on two cores a job below takes about two minutes (the first pull of the 1.6 GB image one
 # more), three imports of DeepSpeed per node most of it; beside the suite's other workers it
 # took over four minutes in CI. Its limit is generous: these tests are about what runs, not speed.
@@ -173,11 +177,11 @@ CONTAINER_JOB_SECONDS = 480
 @IN_CONTAINERS
 @pytest.mark.duration(120)
 @pytest.mark.timeout(CONTAINER_JOB_SECONDS + 120)
-def test_in_containers_the_seed_python_command_runs_in_the_framework_image(alice, start_nodes, upload_script, volume, e2e_settings, runtime):
+def test_in_containers_the_seed_python_command_runs_in_the_framework_image(alice, start_nodes, upload_script, e2e_settings, runtime):
     start_nodes("node-a", "node-b")
     command = 'PYTHONPATH=$CHECKPOINT_VENDOR HF_DATASETS_OFFLINE="1" python version_check.py'
 
-    job = run_on_two_nodes(alice, "deepspeed", command, volume, runtime, CONTAINER_JOB_SECONDS,
+    job = run_on_two_nodes(alice, "deepspeed", command, CONTAINER_VOLUME, runtime, CONTAINER_JOB_SECONDS,
                            script_url=upload_script("version_check.py"),
                            **runtime.job_fields(image_url=runtime.host.frameworks_image))
 
@@ -195,12 +199,17 @@ def test_in_containers_the_seed_python_command_runs_in_the_framework_image(alice
 @IN_CONTAINERS
 @pytest.mark.duration(130)
 @pytest.mark.timeout(CONTAINER_JOB_SECONDS + 120)
-def test_in_containers_the_seed_deepspeed_command_joins_both_nodes(alice, start_nodes, volume, e2e_settings, runtime):
+def test_in_containers_the_seed_deepspeed_command_joins_both_nodes(alice, start_nodes, e2e_settings, runtime):
     start_nodes("node-a", "node-b")
-    command = (f"PYTHONPATH=$CHECKPOINT_VENDOR deepspeed --num_gpus=1 {volume}/train_deepspeed.py "
-               f"--zero 3 --steps 4 --every 2 --output_dir {volume}/ds-checkpoints")
+    # the scripts in Alice's File Storage share, which both nodes' containers mount (as their
+    # user, in her group)
+    volume = runtime.share(alice)
+    for path in VOLUME_FILES:
+        shutil.copy(path, volume / path.name)
+    command = (f"PYTHONPATH=$CHECKPOINT_VENDOR deepspeed --num_gpus=1 {CONTAINER_VOLUME}/train_deepspeed.py "
+               f"--zero 3 --steps 4 --every 2 --output_dir {CONTAINER_VOLUME}/ds-checkpoints")
 
-    job = run_on_two_nodes(alice, "deepspeed", command, volume, runtime, CONTAINER_JOB_SECONDS,
+    job = run_on_two_nodes(alice, "deepspeed", command, CONTAINER_VOLUME, runtime, CONTAINER_JOB_SECONDS,
                            **runtime.job_fields(image_url=runtime.host.frameworks_image))
 
     # the streams' ends say what happened when a rank's last step is missing
@@ -214,7 +223,7 @@ def test_in_containers_the_seed_deepspeed_command_joins_both_nodes(alice, start_
 
 def small_environment(name: str, version: str) -> TrainingEnvironment:
     """A staff-made environment, removed from the agents' cache so that this run builds it."""
-    from jobs.environments import spec_for
+    from jobs.environments.offered import spec_for
 
     environment = TrainingEnvironment.objects.create(
         name=name, framework="pytorch", version=version, requirements="torch==2.13.0\nsafetensors==0.8.0\n",

@@ -32,6 +32,7 @@ DROP_AFTER = 5_000  # lines the Logs tab reads before its connection drops
 # they start once the readers are watching (the files appear on this same machine). The rest
 # waits for the tab's reconnect: a page further behind than the console's CATCH_UP_LIMIT (20,000)
 # starts afresh from the tail, and two agents store 20,000 lines in well under a second
+SYNC = "/mnt/sync"  # where the test's signal files appear inside the jobs
 COMMAND = ('while [ ! -e {go} ]; do sleep 0.1; done; seq 1 {first} | sed "s/^/line /"; '
            'while [ ! -e {rest} ]; do sleep 0.1; done; seq {after_first} {lines} | sed "s/^/line /"')
 
@@ -107,12 +108,15 @@ class LogsTab(threading.Thread):
         self._session(drop_after=None)
 
 
-def test_every_line_of_two_parallel_agents_is_read_exactly_once(alice, stack, start_nodes, tmp_path):
+def test_every_line_of_two_parallel_agents_is_read_exactly_once(alice, stack, start_nodes):
     start_nodes("node-a", "node-b")
     token = Token.objects.create(user=alice).key
-    go, rest = tmp_path / "go", tmp_path / "rest"
-    command = COMMAND.format(go=go, rest=rest, first=FIRST_PART, after_first=FIRST_PART + 1, lines=LINES_PER_NODE)
-    job = create_job(alice, "two-streams", command, node_count=2)
+    # the signals reach the sandboxed commands through Alice's File Storage share (their /tmp is their own)
+    share = stack.share(alice.pk)
+    go, rest = share / "go", share / "rest"
+    command = COMMAND.format(go=f"{SYNC}/go", rest=f"{SYNC}/rest", first=FIRST_PART, after_first=FIRST_PART + 1,
+                             lines=LINES_PER_NODE)
+    job = create_job(alice, "two-streams", command, node_count=2, volume_mount_path=SYNC)
     url = f"{stack.url}/api/v1/training-jobs/{job.pk}/logs/"
     cursor_poller, since_poller = Poller(url, token, "cursor"), Poller(url, token, "since")
     tab = LogsTab(stack.url, job.pk, session_cookie(alice, stack.url))

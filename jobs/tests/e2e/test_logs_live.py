@@ -31,7 +31,7 @@ def session_cookie(user, url: str) -> dict:
     return {"name": settings.SESSION_COOKIE_NAME, "value": session.session_key, "url": url}
 
 
-def test_the_logs_tab_shows_new_lines_without_reloading(alice, stack, start_nodes, tmp_path):
+def test_the_logs_tab_shows_new_lines_without_reloading(alice, stack, start_nodes):
     start_nodes("node-a")
     command = "python -c 'import time\nfor i in range(400):\n    print(f\"tick {i} <script>alert(1)</script>\", flush=True); time.sleep(0.1)'"
     job = create_job(alice, "live-logs", command)
@@ -62,16 +62,18 @@ def test_the_logs_tab_shows_new_lines_without_reloading(alice, stack, start_node
 
 
 
-def test_the_logs_tab_misses_and_repeats_no_line_across_a_dropped_connection(alice, stack, start_nodes, tmp_path):
+def test_the_logs_tab_misses_and_repeats_no_line_across_a_dropped_connection(alice, stack, start_nodes):
     """The page's Logs socket drops and cannot come back for 5 s while the job prints ~2,000
     lines (more than the 1,000-line backlog); it reconnects with its cursor and shows each
     line exactly once."""
     start_nodes("node-a")
-    go = tmp_path / "go"  # the command starts printing once the page is watching (same machine)
-    command = (f"while [ ! -e {go} ]; do sleep 0.1; done; "
+    # the command starts printing once the page is watching: the signal reaches the sandboxed
+    # command through Alice's File Storage share (its /tmp is its own)
+    go = stack.share(alice.pk) / "go"
+    command = ("while [ ! -e /mnt/sync/go ]; do sleep 0.1; done; "
                "python -c 'import time\nfor i in range(4000):\n    print(f\"tick {i}\", flush=True)\n"
                "    if i % 40 == 39: time.sleep(0.1)'")
-    job = create_job(alice, "logs-across-a-drop", command)
+    job = create_job(alice, "logs-across-a-drop", command, volume_mount_path="/mnt/sync")
     wait_for_status(job.pk, "Running", timeout=60)
     link = {"blocked": False, "open": None, "connects": 0}
 

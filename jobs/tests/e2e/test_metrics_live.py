@@ -47,6 +47,18 @@ def series(client, job, metric: str, start: float) -> list[dict]:
     return response.json()["series"]
 
 
+def trace_names(page, metric: str, count: int) -> list[str]:
+    """The names of a chart's lines once it draws `count` of them (Plotly sets `.data` when it
+    draws; a chart still waiting for its first samples, or redrawn for another device, has none yet)."""
+    chart = f"document.querySelector('[data-metric={metric}]')"
+    # one evaluation: a redraw between a wait and a second read leaves `.data` unset for a moment
+    names = page.wait_for_function(
+        f"(() => {{ const d = {chart}.data; return d && d.length === {count} ? d.map(t => t.name) : null; }})()",
+        timeout=20_000,
+    )
+    return names.json_value()
+
+
 def test_a_running_job_reports_per_gpu_metrics_to_the_api_and_live_to_the_monitoring_tab(alice, stack, fast_sampling_node):
     from rest_framework.test import APIClient
 
@@ -56,11 +68,14 @@ def test_a_running_job_reports_per_gpu_metrics_to_the_api_and_live_to_the_monito
     api = APIClient()
     api.force_authenticate(alice)
 
-    # the API: one busy line per GPU of the job's placement, and the script's loss on `master`
+    # the API: one line per GPU of the job's placement, and the script's loss on `master`; the
+    # script mostly sleeps, and the simulated GPUs say so (nodeagent.metrics: they follow its CPU use)
     gpus = wait_until(lambda: (s := series(api, job, "GPUUtilization", started)) and len(s) == 2
-                      and all(p["value"] > 50 for line in s for p in line["points"][-1:]) and s,
+                      and all(line["points"] for line in s) and s,
                       timeout=30, message="both GPUs' utilisation")
-    assert [line["label"] for line in gpus] == ["node-m GPU 0", "node-m GPU 1"]
+    assert all(p["value"] < 50 for line in gpus for p in line["points"][1:])
+    # the node's GPUs are simulated (--gpus simulated:N): their lines say so
+    assert [(line["label"], line["simulated"]) for line in gpus] == [("node-m GPU 0 (simulated)", True), ("node-m GPU 1 (simulated)", True)]
     loss = wait_until(lambda: series(api, job, "TrainingLoss", started), timeout=20, message="the loss")
     assert loss[0]["dimensions"] == {"stream": "master"} and loss[0]["points"][0]["value"] < 3
     assert wait_until(lambda: series(api, job, "TrainingLearningRate", started), timeout=20, message="the Trainer's learning rate")
@@ -79,8 +94,10 @@ def test_a_running_job_reports_per_gpu_metrics_to_the_api_and_live_to_the_monito
         utilisation = page.locator('.chart[data-metric="GPUUtilization"]')
         expect(utilisation.locator(".main-svg").first).to_be_visible(timeout=20_000)
         expect(page.locator("#metrics-state")).to_contain_text("Live")
-        assert page.evaluate("document.querySelector('[data-metric=GPUUtilization]').data.map(t => t.name)") == ["node-m GPU 0", "node-m GPU 1"]
-        assert page.evaluate("document.querySelector('[data-metric=TrainingLoss]').data.map(t => t.name)") == ["master"]
+        assert trace_names(page, "GPUUtilization", 2) == ["node-m GPU 0 (simulated)", "node-m GPU 1 (simulated)"]
+        expect(page.locator("#metrics-simulated")).to_contain_text("Simulated GPUs on node-m")
+        expect(utilisation.locator(".gtitle")).to_contain_text("· simulated")
+        assert trace_names(page, "TrainingLoss", 1) == ["master"]
         for metric in ("GPUMemoryUsed", "GPUTemperature", "GPUPowerDraw", "TrainingLearningRate"):
             expect(page.locator(f'.chart[data-metric="{metric}"] .main-svg').first).to_be_visible()
         # samples keep coming over the job's WebSocket: a new 10-second point is drawn by itself
@@ -91,7 +108,7 @@ def test_a_running_job_reports_per_gpu_metrics_to_the_api_and_live_to_the_monito
         # the per-GPU view: every metric of one device
         page.select_option("#metrics-device", "node-m/1")
         expect(page.locator('.chart[data-metric="GPUSMClock"] .main-svg').first).to_be_visible(timeout=10_000)
-        assert page.evaluate("document.querySelector('[data-metric=GPUTemperature]').data.map(t => t.name)") == ["node-m GPU 1"]
+        assert trace_names(page, "GPUTemperature", 1) == ["node-m GPU 1 (simulated)"]
         assert errors == []
         browser.close()
     actions.delete_job(job.pk)

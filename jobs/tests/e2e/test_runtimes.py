@@ -20,9 +20,8 @@ from nodeagent.logstream import LogStream, Outbox
 from nodeagent.runtimes import LaunchSpec, Runtime
 from nodeagent.runtimes import docker as docker_runtime
 from nodeagent.runtimes.docker import DockerRuntime
-from nodeagent.runtimes.process import ProcessRuntime
 from nodeagent.spool import Spool
-from nodeagent.tests.agent_support import make_placement
+from nodeagent.tests.agent_support import make_placement, process_runtime
 
 pytestmark = pytest.mark.slow
 
@@ -51,7 +50,10 @@ class Harness:
             if stop_after is not None:
                 await asyncio.sleep(stop_after)
                 await execution.stop(grace)
-            return await execution.wait()
+            try:
+                return await execution.wait()
+            finally:
+                await execution.release()  # as the runner does after the upload
 
         began = time.monotonic()
         status = asyncio.run(go())
@@ -67,8 +69,8 @@ class Harness:
 
 @pytest.fixture(params=["process", "docker"])
 def harness(request, tmp_path) -> Harness:
-    if request.param == "process":
-        return Harness(ProcessRuntime(real_gpus=False), "", None, tmp_path)
+    if request.param == "process":  # as `python -m nodeagent` makes it: sandboxed where the tests run as root
+        return Harness(process_runtime(), "", None, tmp_path)
     host = request.getfixturevalue("container_host")
     runtime = DockerRuntime(real_gpus=False, client=host.client(), node_name=f"runtime-test-{os.getpid()}")
     return Harness(runtime, host.image, {"username": host.username, "password": host.password}, tmp_path, host)
@@ -99,7 +101,9 @@ def test_a_progress_bar_shows_its_last_drawing(harness):
 def test_the_command_runs_in_its_working_directory_with_the_contract(harness):
     _, lines, _ = harness.run('pwd; echo "$OUTPUT_DIR $JOB_NAME $NODE_RANK/$NNODES $MASTER_ADDR:$MASTER_PORT"; touch "$OUTPUT_DIR/made"')
     workdir = harness.tmp_path / f"run-{harness.count}"
-    assert lines == [str(workdir), f"{workdir}/output demo-job 0/1 127.0.0.1:29500"]
+    # a container sees its directories at fixed paths, never the node's (container_spec)
+    seen = "/simpleai/work" if isinstance(harness.runtime, DockerRuntime) else str(workdir)
+    assert lines == [seen, f"{seen}/output demo-job 0/1 127.0.0.1:29500"]
     assert (workdir / "output/made").exists()  # OUTPUT_DIR is the node's directory, uploaded from there
 
 

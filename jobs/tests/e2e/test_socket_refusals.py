@@ -20,7 +20,7 @@ from playwright.sync_api import expect, sync_playwright
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from console.sockets import CLOSE_NOT_FOUND, CLOSE_UNAUTHENTICATED
+from console.lib.sockets import CLOSE_NOT_FOUND, CLOSE_UNAUTHENTICATED
 from jobs import actions
 
 from .helpers import create_job

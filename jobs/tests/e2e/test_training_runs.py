@@ -8,6 +8,7 @@ import pytest
 
 from jobs import actions
 from jobs.models import Placement, TrainingJob
+from jobs.tests.storage import space_client
 
 from .helpers import create_job, stream_text, wait_for_status
 from .stack import wait_until
@@ -28,12 +29,13 @@ def test_a_two_node_ddp_job_trains_on_both_nodes_and_completes(alice, start_node
     assert any("rank 0 step 12 loss" in line for line in master)
     assert any("rank 1 step 12 loss" in line for line in worker)
     # the agent's preparation steps come first, in the job's own stream
-    assert any("Downloading training script s3://e2e-scripts/train_ddp.py" in line for line in master)
+    assert any(f"Downloading training script {training_script}" in line for line in master)
     assert any("Starting the command" in line for line in worker)
-    # the output went to object storage, where the job page says it is
-    assert job.result_url.startswith(f"s3://{e2e_settings.S3_RESULTS_BUCKET}/jobs/{job.pk}/")
+    # the output went to Alice's own storage space, where the job page says it is, and her keys read it
+    client, space = space_client(alice, object_store.endpoint)
+    assert job.result_url.startswith(f"s3://{space.bucket}/jobs/{job.pk}/")
     bucket, _, prefix = job.result_url[len("s3://"):].partition("/")
-    keys = [o["Key"] for o in object_store.client().list_objects_v2(Bucket=bucket, Prefix=prefix).get("Contents", [])]
+    keys = [o["Key"] for o in client.list_objects_v2(Bucket=bucket, Prefix=prefix).get("Contents", [])]
     assert any(key.endswith("master/model.pt") for key in keys), keys
 
 
@@ -46,8 +48,8 @@ def test_a_failing_command_fails_the_job_and_stops_the_other_node(alice, start_n
     job = wait_for_status(job.pk, "Failed", "Completed", timeout=60)
 
     assert job.status == "Failed"
-    assert job.status_reason == "No hardware fault signal: exited with code 3"
-    assert any("[CONSOLE] worker-1 on node-b stopped: no hardware fault signal: exited with code 3" in line
+    assert job.status_reason == "The command exited with code 3"
+    assert any("[CONSOLE] worker-1 on node-b stopped: the command exited with code 3" in line
                for line in stream_text(job.pk, "worker-1"))
     master = wait_until(
         lambda: Placement.objects.filter(attempt__job=job, role="master", state="exited").first(),

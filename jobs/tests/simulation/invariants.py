@@ -1,6 +1,6 @@
 """What must hold on a shared cluster after every step (checked by the simulation test).
 
-Written independently of jobs.scheduling: feasibility is recounted from the ledger by hand,
+Written independently of jobs.scheduling.placement: feasibility is recounted from the ledger by hand,
 so a scheduler bug cannot hide behind its own arithmetic.
 """
 
@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from jobs.capacity import GpuUse, JobHold, Ledger
-from jobs.capacity_load import load_ledger
 from jobs.choices import TERMINAL_STATUSES, JobStatus, LearningType
 from jobs.models import JobAttempt, TrainingJob
-from jobs.scheduling import Decision
+from jobs.scheduling.capacity import GpuUse, JobHold, Ledger
+from jobs.scheduling.capacity_load import load_ledger
+from jobs.scheduling.decision import Decision
 from workspaces.choices import WorkspaceStatus
 from workspaces.models import Workspace
 from workspaces.quotas import Limits

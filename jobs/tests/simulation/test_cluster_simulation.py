@@ -25,11 +25,13 @@ from hypothesis import HealthCheck, seed, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, get_state_machine_test, invariant, rule
 
-from jobs import actions, failover, lifecycle, scheduler_run
+from jobs import actions, lifecycle
 from jobs.choices import TERMINAL_STATUSES, JobStatus
 from jobs.models import Node, NodeToken, Placement, TrainingJob
 from jobs.models.attempts import HOLDING_STATES
-from jobs.nodes import registry
+from jobs.nodes import desired, hardware, registry
+from jobs.recovery import failover
+from jobs.scheduling import scheduler_run
 from jobs.tests.factories import UserFactory, job_fields
 from workspaces import actions as workspace_actions
 from workspaces.actions import ResizeRefused
@@ -75,17 +77,18 @@ def world(db, settings):
     Quota.objects.create(group=team, max_concurrent_jobs=2)
     clock = Clock()
     with mock.patch("django.utils.timezone.now", clock):
-        tokens = {}
+        tokens, resumes = {}, {}
         for name in NODE_NAMES:
             record, _ = NodeToken.mint(name)
             tokens[name] = record
-            registry.register(record, _info(name))
-        yield users, tokens, clock
+            resumes[name] = registry.register(record, _info(name))[1]
+        yield users, tokens, resumes, clock
 
 
 class ClusterMachine(RuleBasedStateMachine):
     users: dict = {}
     tokens: dict = {}
+    resumes: dict = {}  # each node's resume secret after the world's registration
     clock: Clock
 
     def __init__(self) -> None:
@@ -94,6 +97,7 @@ class ClusterMachine(RuleBasedStateMachine):
         self.clock.now = START
         self.node_ids = dict(Node.objects.values_list("name", "pk"))
         self.alive = dict.fromkeys(NODE_NAMES, True)
+        self.resume = dict(self.resumes)  # the agents' secrets; each example starts from the world's
         self.names = itertools.count(1)
 
     # --- helpers --------------------------------------------------------------------------
@@ -192,7 +196,7 @@ class ClusterMachine(RuleBasedStateMachine):
         placements = [p for p in self._holding(job) if self._on_alive_node(p)] if job else []
         if placements:
             placement = placements[0]
-            registry.record_fault(placement.node_id, {
+            hardware.record_fault(placement.node_id, {
                 "kind": "xid", "xid": 79, "gpu_index": placement.gpu_indices[0], "ts": self.clock.now.timestamp(),
                 "detail": "GPU has fallen off the bus",
             })
@@ -207,7 +211,7 @@ class ClusterMachine(RuleBasedStateMachine):
         holding = list(Placement.objects.filter(node_id=node_id, state__in=HOLDING_STATES).select_related("attempt"))
         if not holding:
             return  # nothing wanted either: what a node should run holds GPUs there (one query, not the whole read)
-        wanted = {(p["job_id"], p["attempt"], p["role"]) for p in registry.desired_placements(node_id)}
+        wanted = {(p["job_id"], p["attempt"], p["role"]) for p in desired.desired_placements(node_id)}
         for placement in holding:
             key = (placement.attempt.job_id, placement.attempt.number, placement.role)
             if key not in wanted:
@@ -224,7 +228,8 @@ class ClusterMachine(RuleBasedStateMachine):
     @rule(name=st.sampled_from(NODE_NAMES))
     def a_node_comes_back(self, name) -> None:
         self.alive[name] = True
-        registry.register(self.tokens[name], _info(name))
+        # the same agent process, back: it presents its session's secret (its connection may still look alive)
+        self.resume[name] = registry.register(self.tokens[name], _info(name), self.resume[name])[1]
 
     @rule(name=st.sampled_from(NODE_NAMES))
     def staff_uncordon(self, name) -> None:
@@ -318,8 +323,8 @@ RANDOM = os.environ.get("SIMULATION_RANDOM", "0") == "1"
 @pytest.mark.duration(65)
 @pytest.mark.parametrize("shard", range(SHARDS), ids=[f"shard-{n}" for n in range(SHARDS)])  # units of their own
 def test_the_shared_cluster_stays_fair_and_correct_under_random_sequences(world, shard):
-    users, tokens, clock = world
-    ClusterMachine.users, ClusterMachine.tokens, ClusterMachine.clock = users, tokens, clock
+    users, tokens, resumes, clock = world
+    ClusterMachine.users, ClusterMachine.tokens, ClusterMachine.resumes, ClusterMachine.clock = users, tokens, resumes, clock
     test = get_state_machine_test(ClusterMachine, settings=settings(
         max_examples=-(-EXAMPLES // SHARDS),
         stateful_step_count=int(os.environ.get("SIMULATION_STEPS", "40")),

@@ -10,15 +10,18 @@ from typing import Any
 
 from .committer import CheckpointError, PendingCheckpoint, TornSnapshot
 from .config import CheckpointConfig, ConfigError, S3Config
-from .engine import Checkpoint, CheckpointEngine, CheckpointRef, EngineStats
+from .engine import CheckpointEngine, EngineStats
+from .errors import CheckpointCorrupted, UntrustedCheckpoint
+from .loading import Checkpoint, CheckpointRef
 from .rng import capture_rng_state, restore_rng_state
-from .shardfile import CheckpointCorrupted, read_shard
+from .safe_pickle import ForbiddenGlobal, allow_globals
+from .shardfile import read_shard
 
 __all__ = [
     "Checkpoint", "CheckpointConfig", "CheckpointCorrupted", "CheckpointEngine", "CheckpointError",
-    "CheckpointRef", "ConfigError", "EngineStats", "PendingCheckpoint", "S3Config", "TornSnapshot",
-    "TrainerCheckpointing", "capture_rng_state", "read_shard", "restore_rng_state",
-    "wrap_deepspeed_engine",
+    "CheckpointRef", "ConfigError", "EngineStats", "ForbiddenGlobal", "PendingCheckpoint", "S3Config",
+    "TornSnapshot", "TrainerCheckpointing", "UntrustedCheckpoint", "allow_globals", "capture_rng_state",
+    "read_shard", "restore_rng_state", "wrap_deepspeed_engine",
 ]
 
 

@@ -3,8 +3,9 @@
 One committer thread per engine handles checkpoints in the order they were saved:
   every rank   finishes its shard file, writes its extra files and its `rank-R.json`;
   rank 0       waits until every rank's `rank-R.json` is there, writes MANIFEST.json (the commit
-               marker), renames `.staging/step-N` to `step-N`, applies retention, and hands the
-               checkpoint to the mirror thread for upload.
+               marker, holding every file's SHA-256 and, with the job's key, signed), renames
+               `.staging/step-N` to `step-N`, applies retention (to trusted steps only), and
+               hands the checkpoint to the mirror thread for upload.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import logging
 import queue
 import threading
 import time
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,11 +21,13 @@ from typing import Any
 
 from .config import CheckpointConfig
 from .copier import CopyBatch
-from .layout import MANIFEST, REMOTE, complete_steps, rank_manifest_name, shard_name, step_name
+from .errors import CheckpointCorrupted
+from .layout import MANIFEST, REMOTE, rank_manifest_name, shard_name, step_name
 from .manifest import FileEntry, Manifest, RankManifest, now_iso
-from .shardfile import CheckpointCorrupted
+from .safe_pickle import forbidden_global
 from .storage.local import WriteLock, discard, fsync_dir, promote, write_atomic
 from .storage.s3 import S3Mirror
+from .trust import Trust
 from .writer import ShardJob, lower_priority
 
 log = logging.getLogger("concurrent_checkpoint")
@@ -73,8 +75,10 @@ class PendingCheckpoint:
 class Committer:
     def __init__(self, root: Path, rank: int, world_size: int, config: CheckpointConfig,
                  started: float, protected: Callable[[], set[int]],
-                 mirror: S3Mirror | None) -> None:
+                 mirror: S3Mirror | None, trust: Trust) -> None:
         self.root, self.rank, self.world_size, self.config = root, rank, world_size, config
+        self.trust = trust
+        self._refused_globals: set[str] = set()
         self.started = started
         self.protected = protected
         self.mirror = mirror
@@ -152,7 +156,8 @@ class Committer:
         manifest = Manifest(step=pending.step, world_size=self.world_size, time=now_iso(),
                             created=time.time(), metadata=pending.metadata,
                             files=[e for m in manifests for e in m.files])
-        write_atomic(pending.staging / MANIFEST, manifest.to_json(), self.config.fsync)
+        manifest.stored = manifest.to_json(self.trust.key)
+        write_atomic(pending.staging / MANIFEST, manifest.stored, self.config.fsync)
         if self.config.fsync:
             fsync_dir(pending.staging)
         pending.path = promote(pending.staging, self.root, pending.step, self.config.fsync)
@@ -164,22 +169,34 @@ class Committer:
         if self.mirror is not None:
             with self._lock:
                 self._mirror_pending.add(pending.step)
-            self._mirror_queue.put((pending.path, manifest))
+            self._mirror_queue.put((pending.path, manifest))  # manifest.stored: the signed bytes
 
     def _write_rank_files(self, pending: PendingCheckpoint) -> list[FileEntry]:
         fsync = self.config.fsync
-        size, crc = pending.job.finish(fsync)
+        size, crc, hashes = pending.job.finish(fsync)
+        self._warn_unloadable(pending)
         entries = [FileEntry(name=shard_name(self.rank, self.world_size), rank=self.rank, bytes=size,
-                             crc32=crc, raw_bytes=pending.job.snapshot.raw_bytes, kind="shard")]
+                             crc32=crc, raw_bytes=pending.job.snapshot.raw_bytes, kind="shard",
+                             sha256=hashes)]
         for name, data in pending.files.items():
             write_atomic(pending.staging / name, data, fsync)
-            entries.append(FileEntry(name=name, rank=self.rank, bytes=len(data), crc32=zlib.crc32(data)))
+            entries.append(FileEntry.of_bytes(name, self.rank, data))
         record = RankManifest(step=pending.step, rank=self.rank, world_size=self.world_size,
                               time=now_iso(), files=entries)
         write_atomic(pending.staging / rank_manifest_name(self.rank), record.to_json(), fsync)
         if fsync:
             fsync_dir(pending.staging)
         return entries
+
+    def _warn_unloadable(self, pending: PendingCheckpoint) -> None:
+        """Loading refuses globals that are not allowed; say so now, once, not at the resume."""
+        name = forbidden_global(pending.job.snapshot.skeleton)
+        if name is None or name in self._refused_globals:
+            return
+        self._refused_globals.add(name)
+        log.warning("[Concurrent Checkpoint] step %d holds %s, which loading refuses unless the job "
+                    "calls concurrent_checkpoint.allow_globals(...) with it before it resumes",
+                    pending.step, name)
 
     def _gather(self, staging: Path, step: int) -> list[RankManifest]:
         """Every rank's manifest for this step; polls the (shared) directory until all are there."""
@@ -203,19 +220,21 @@ class Committer:
             delay = min(delay * 2, 0.5)
 
     def _retain(self, step: int) -> None:
+        # Only trusted steps count: a step planted by someone else must neither push this job's
+        # own checkpoints out of `keep_last` nor be deleted here (it stays, ignored and warned of).
         keep = set(self.protected())
-        steps = complete_steps(self.root)
+        steps = self.trust.local_steps(self.root)
         for other in [s for s in steps if s > step]:
             # newer than what this run just saved yet older than this run: an abandoned timeline
             try:
-                created = Manifest.read(self.root / step_name(other) / MANIFEST).created
+                created = self.trust.read(self.root / step_name(other) / MANIFEST, other).created
             except (OSError, CheckpointCorrupted):
                 created = 0.0
             if created < self.started:
                 log.warning("[Concurrent Checkpoint] removing step %d from an earlier run: this run "
                             "resumed before it and has now saved step %d", other, step)
                 discard(self.root / step_name(other), self.root)
-        steps = complete_steps(self.root)
+        steps = self.trust.local_steps(self.root)
         keep |= set(steps[-self.config.keep_last:])
         with self._lock:
             keep |= self._mirror_pending  # the uploader still reads these

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 from urllib.parse import urlparse
 
+from . import signing
+
 ENV_S3_URL = "CHECKPOINT_S3_URL"
 ENV_S3_ENDPOINT = "S3_ENDPOINT_URL"
 ENV_S3_ACCESS_KEY = "S3_ACCESS_KEY"
@@ -19,6 +21,7 @@ ENV_S3_REGION = "S3_REGION"
 ENV_KEEP_LAST = "CHECKPOINT_KEEP_LAST"
 ENV_HOST_CACHE_GB = "CHECKPOINT_HOST_CACHE_GB"
 ENV_PARSER_THREADS = "CHECKPOINT_PARSER_THREADS"
+ENV_SIGNING_KEY = signing.ENV_KEY
 
 GIB = 1 << 30
 
@@ -101,7 +104,7 @@ class CheckpointConfig:
     keep_last: int = 3  # complete checkpoints kept (locally and in S3)
     lazy: bool | None = None  # None: lazy device-to-host copies when CUDA is available
     fsync: bool = True  # durability; off only for throw-away runs
-    verify: bool = True  # check CRC32 checksums when loading
+    verify: bool = True  # check file hashes when loading (always, whatever this says, with a signing key)
     direct_io: bool = True  # O_DIRECT writes where the filesystem allows: no page-cache copy, little CPU
     background_nice: int = 10  # writer threads this many nice levels below training (0: same)
     piece_mb: int = 64  # largest write unit; smaller pieces let copy and write overlap
@@ -109,6 +112,9 @@ class CheckpointConfig:
     rank: int | None = None  # None: torch.distributed, then RANK
     world_size: int | None = None  # None: torch.distributed, then WORLD_SIZE
     s3: S3Config | None = None
+    # the job's key (CHECKPOINT_SIGNING_KEY, hex, set by the platform): manifests are signed with
+    # it and only manifests that verify with it are loaded; None: unsigned, everything complete loads
+    signing_key: bytes | None = field(default=None, repr=False)
 
     @classmethod
     def resolve(cls, **kwargs: Any) -> CheckpointConfig:
@@ -126,6 +132,7 @@ class CheckpointConfig:
             "parser_threads": env_int(ENV_PARSER_THREADS, minimum=1),
         }
         merged = {k: v for k, v in from_env.items() if v is not None} | given
+        merged["signing_key"] = _signing_key(merged.get("signing_key"))
         if "s3" not in merged:
             merged["s3"] = _s3_from(s3_keys)
         config = cls(**merged)
@@ -133,6 +140,8 @@ class CheckpointConfig:
         return config
 
     def with_overrides(self, **kwargs: Any) -> CheckpointConfig:
+        if kwargs.get("signing_key") is not None:
+            kwargs["signing_key"] = _signing_key(kwargs["signing_key"])
         config = replace(self, **kwargs)
         config.validate()
         return config
@@ -152,6 +161,16 @@ class CheckpointConfig:
     @property
     def host_cache_bytes(self) -> int:
         return int(self.host_cache_size * GIB)
+
+
+def _signing_key(given: str | bytes | None) -> bytes | None:
+    """An explicit key (bytes, or hex) wins; then CHECKPOINT_SIGNING_KEY (or its _FILE)."""
+    if isinstance(given, bytes):
+        return given
+    try:
+        return signing.parse_key(given if given is not None else env_str(ENV_SIGNING_KEY))
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
 
 
 def _s3_from(args: dict[str, Any]) -> S3Config | None:

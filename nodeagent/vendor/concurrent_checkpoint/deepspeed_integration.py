@@ -29,8 +29,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from .engine import CheckpointEngine, CheckpointRef
+from .engine import CheckpointEngine
 from .layout import MANIFEST, ROOT_NAME
+from .loading import CheckpointRef
 
 log = logging.getLogger("concurrent_checkpoint.deepspeed")
 _TAG_STEP = re.compile(r"^global_step(\d+)$")

@@ -1,4 +1,5 @@
-"""The checkpoint engine: `save()` snapshots and returns; threads write; `load_latest()` resumes.
+"""The checkpoint engine: `save()` snapshots and returns; threads write; `load_latest()` resumes
+(loading.py holds the reading half).
 
     engine = CheckpointEngine("out", host_cache_size=4, parser_threads=2)
     ckpt = engine.load_latest()                  # newest complete checkpoint, or None
@@ -25,12 +26,12 @@ from .config import CheckpointConfig
 from .copier import Copier
 from .distributed import resolve_rank
 from .host_cache import HostCache
-from .layout import MANIFEST, REMOTE, ROOT_NAME, STAGING, complete_steps, shard_name, step_name
-from .manifest import Manifest
-from .shardfile import CheckpointCorrupted, read_shard
+from .layout import MANIFEST, ROOT_NAME, STAGING, shard_name, step_name
+from .loading import CheckpointLoading
 from .snapshot import Snapshot, capture, estimate_bytes, plan_pieces
 from .storage.local import WriteLock, recover
 from .storage.s3 import S3Mirror
+from .trust import Trust
 from .writer import ShardJob, WriterPool
 
 log = logging.getLogger("concurrent_checkpoint")
@@ -48,22 +49,7 @@ class EngineStats:
     raw_bytes: int = 0
 
 
-@dataclass
-class CheckpointRef:
-    """A complete checkpoint: its step, directory (local, or fetched from S3) and manifest."""
-
-    step: int
-    path: Path
-    manifest: Manifest
-    source: str = "local"
-
-
-@dataclass
-class Checkpoint(CheckpointRef):
-    state: Any = None
-
-
-class CheckpointEngine:
+class CheckpointEngine(CheckpointLoading):
     def __init__(self, output_dir: str | Path, *, config: CheckpointConfig | None = None,
                  **settings: Any) -> None:
         """`output_dir`: checkpoints go to `<output_dir>/concurrent_checkpoint/`.
@@ -85,7 +71,8 @@ class CheckpointEngine:
         if self.rank == 0:
             for step in recover(self.root, config.fsync):
                 log.warning("[Concurrent Checkpoint] finished committing step %d after a crash", step)
-        self._mirror = S3Mirror(config.s3) if config.s3 is not None else None
+        self._trust = Trust(config.signing_key)
+        self._mirror = S3Mirror(config.s3, self._trust) if config.s3 is not None else None
         if self._mirror is not None:
             self._mirror.check()
         self._cache: HostCache | None = None
@@ -97,7 +84,7 @@ class CheckpointEngine:
         self._hook: Any = None
         self._closed = False
         self._committer = Committer(self.root, self.rank, self.world_size, config, self.started,
-                                    lambda: set(self.protected_steps), self._mirror)
+                                    lambda: set(self.protected_steps), self._mirror, self._trust)
         self._committer.on_commit.append(self._count_commit)
         atexit.register(self._at_exit)
 
@@ -189,80 +176,12 @@ class CheckpointEngine:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    # --- loading -------------------------------------------------------------------------------
-
-    def complete_steps(self) -> list[int]:
-        """Steps of complete checkpoints on local disk and (when mirrored) in S3, oldest first."""
-        return sorted(set(complete_steps(self.root)) | set(self._remote_steps()))
+    # --- loading: the rest is CheckpointLoading's (loading.py) ----------------------------------
 
     def has_step(self, step: int) -> bool:
         """Whether `step` is complete on local disk or still being written by this engine."""
         return any(p.step == step and p.error is None for p in self._in_flight) or \
             (self.root / step_name(step) / MANIFEST).is_file()
-
-    def ref_from_dir(self, path: str | Path) -> CheckpointRef:
-        """The checkpoint in a `step-N` directory (one that `locate` returned earlier, say)."""
-        path = Path(path)
-        manifest = Manifest.read(path / MANIFEST)
-        source = "s3" if path.parent.name == REMOTE else "local"
-        return CheckpointRef(manifest.step, path, manifest, source)
-
-    def locate(self, step: int | None = None) -> CheckpointRef | None:
-        """The complete checkpoint of `step` (newest if None), fetched from S3 if not on local disk."""
-        self._drain()
-        local = complete_steps(self.root)
-        remote = self._remote_steps()
-        if step is not None:
-            candidates = [step] if step in local or step in remote else []
-        else:
-            candidates = sorted(set(local) | set(remote), reverse=True)
-        for candidate in candidates:
-            try:
-                if candidate in local:
-                    path = self.root / step_name(candidate)
-                    return CheckpointRef(candidate, path, Manifest.read(path / MANIFEST))
-                return self._fetch(candidate)
-            except (OSError, CheckpointCorrupted) as exc:
-                log.error("[Concurrent Checkpoint] step %d is unusable, trying an older one: %s",
-                          candidate, exc)
-        return None
-
-    def read(self, ref: CheckpointRef, rank: int | None = None,
-             map_location: str | torch.device | None = "cpu") -> Any:
-        """The state one rank saved in checkpoint `ref` (default: this rank)."""
-        rank = self.rank if rank is None else rank
-        entry = ref.manifest.shard(rank)
-        if entry is None:
-            raise CheckpointCorrupted(f"{ref.path}: no shard for rank {rank} (saved with world size "
-                                      f"{ref.manifest.world_size}, now {self.world_size})")
-        path = ref.path / entry.name
-        if ref.source != "local" and not path.is_file():
-            self._fetch(ref.step, ranks=(rank,))
-        if path.stat().st_size != entry.bytes:
-            raise CheckpointCorrupted(f"{path}: {path.stat().st_size} bytes, manifest says {entry.bytes}")
-        return read_shard(path, expected_crc=entry.crc32, verify=self.config.verify,
-                          map_location=map_location)
-
-    def load(self, step: int | None = None, *, rank: int | None = None,
-             map_location: str | torch.device | None = "cpu") -> Checkpoint | None:
-        """Read a complete checkpoint (newest if `step` is None; older ones if the newest is damaged)."""
-        self._drain()
-        steps = [step] if step is not None else sorted(set(self.complete_steps()), reverse=True)
-        for candidate in steps:
-            ref = self.locate(candidate)
-            if ref is None:
-                continue
-            try:
-                state = self.read(ref, rank, map_location)
-            except (OSError, CheckpointCorrupted) as exc:
-                log.error("[Concurrent Checkpoint] step %d is unusable: %s", candidate, exc)
-                continue
-            return Checkpoint(ref.step, ref.path, ref.manifest, ref.source, state)
-        return None
-
-    def load_latest(self, **kwargs: Any) -> Checkpoint | None:
-        """The newest complete checkpoint, or None when there is none."""
-        return self.load(None, **kwargs)
 
     # --- internals -----------------------------------------------------------------------------
 
@@ -344,25 +263,6 @@ class CheckpointEngine:
 
     def _abort_reason(self) -> BaseException | None:
         return CheckpointError("the checkpoint engine is closed") if self._closed else None
-
-    def _remote_steps(self) -> list[int]:
-        if self._mirror is None:
-            return []
-        try:
-            return self._mirror.complete_steps()
-        except Exception as exc:  # a resume must still work from local disk
-            log.error("[Concurrent Checkpoint] cannot list %s: %s", self._mirror.config.url, exc)
-            return []
-
-    def _fetch(self, step: int, ranks: tuple[int, ...] = ()) -> CheckpointRef:
-        assert self._mirror is not None
-        manifest = self._mirror.manifest(step)
-        wanted = {self.rank, 0, *ranks}
-        names = [f.name for f in manifest.files if f.kind != "shard" or f.rank in wanted]
-        dest = self.root / REMOTE / step_name(step)
-        log.info("[Concurrent Checkpoint] fetching step %d from %s", step, self._mirror.config.url)
-        manifest = self._mirror.fetch(step, dest, names)
-        return CheckpointRef(step, dest, manifest, source="s3")
 
     def _count_commit(self, pending: PendingCheckpoint) -> None:
         self.stats.committed += 1

@@ -2,7 +2,7 @@
 
     <output_dir>/concurrent_checkpoint/
         step-<N>/                 complete checkpoints only (renamed in whole from .staging)
-            MANIFEST.json         step, time, world size, every file with size and CRC32
+            MANIFEST.json         step, time, world size, every file with size and SHA-256, signature
             rank-00000-of-00002.shard
             rank-00000.json       per-rank manifest (what rank 0 waits for before committing)
             trainer_state.json    extra files, e.g. from the Hugging Face Trainer

@@ -16,7 +16,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from .errors import CheckpointCorrupted
 from .host_cache import PAGE, align_up
+from .safe_pickle import TENSOR_ID, TORCH_ID, dump_torch, loads
 
 TENSOR_ALIGN = 64  # tensors inside a piece start on a cache line
 
@@ -33,14 +35,18 @@ class TensorSpec:
     device: str
     parameter: bool
     requires_grad: bool
-    crcs: list[list[int]] = field(default_factory=list)  # [[length, crc32], ...] in byte order
+    # [[length, crc32], ...] in byte order: shards of format 1 only; format 2 hashes whole pieces
+    crcs: list[list[int]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "dtype": self.dtype, "shape": self.shape, "offset": self.offset,
             "nbytes": self.nbytes, "device": self.device, "parameter": self.parameter,
-            "requires_grad": self.requires_grad, "crcs": self.crcs,
+            "requires_grad": self.requires_grad,
         }
+        if self.crcs:
+            data["crcs"] = self.crcs
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TensorSpec:
@@ -112,21 +118,13 @@ class _SkeletonPickler(pickle.Pickler):
         self._collector = collector
 
     def persistent_id(self, obj: Any) -> Any:
-        if isinstance(obj, torch.Tensor) and self._collector.accepts(obj):
-            return ("cc-tensor", self._collector.add(obj))
-        return None  # everything else (exotic tensors too) is pickled by value, right now
-
-
-class _SkeletonUnpickler(pickle.Unpickler):
-    def __init__(self, file: io.BytesIO, tensors: list[torch.Tensor]) -> None:
-        super().__init__(file)
-        self._tensors = tensors
-
-    def persistent_load(self, pid: Any) -> Any:
-        kind, index = pid
-        if kind != "cc-tensor":
-            raise pickle.UnpicklingError(f"unknown persistent id {kind!r}")
-        return self._tensors[index]
+        if isinstance(obj, torch.Tensor):
+            if self._collector.accepts(obj):
+                return (TENSOR_ID, self._collector.add(obj))
+            # sparse, quantized, meta, subclasses: torch's own format, so that loading them needs
+            # torch.load(weights_only=True), never a pickled reduce of torch internals
+            return (TORCH_ID, dump_torch(obj))
+        return None  # everything else is pickled by value, right now
 
 
 def _flat_bytes(tensor: torch.Tensor) -> torch.Tensor:
@@ -197,11 +195,13 @@ def plan_pieces(snapshot: Snapshot, piece_max: int) -> None:
 def rebuild(skeleton: bytes, specs: list[TensorSpec], buffers: list[torch.Tensor]) -> Any:
     """Inverse of `capture`: turn byte buffers back into typed tensors and unpickle the state."""
     tensors = [_typed(spec, buf) for spec, buf in zip(specs, buffers, strict=True)]
-    return _SkeletonUnpickler(io.BytesIO(skeleton), tensors).load()
+    return loads(skeleton, tensors)
 
 
 def _typed(spec: TensorSpec, raw: torch.Tensor) -> torch.Tensor:
-    dtype = getattr(torch, spec.dtype)
+    dtype = getattr(torch, str(spec.dtype), None)
+    if not isinstance(dtype, torch.dtype):
+        raise CheckpointCorrupted(f"unknown tensor dtype {spec.dtype!r}")
     tensor = raw.view(dtype).reshape(spec.shape) if spec.nbytes else torch.empty(spec.shape, dtype=dtype)
     if spec.parameter:
         return nn.Parameter(tensor, requires_grad=spec.requires_grad)

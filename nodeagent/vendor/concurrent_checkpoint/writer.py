@@ -1,18 +1,21 @@
 """Background writers (`parser_threads` of them): host-cache pieces to their offsets in the shard.
 
-Each piece is written with `pwrite` straight from the host cache (no further copy), its CRC32
-computed, and its cache region released, which is what lets a waiting `save()` go on.
+Each piece is written with `pwrite` straight from the host cache (no further copy), its SHA-256
+computed there while its bytes are still in the cache (in parallel: hashlib releases the GIL),
+and its cache region released, which is what lets a waiting `save()` go on.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import os
 import queue
 import threading
 import zlib
 from pathlib import Path
+from typing import Any
 
 from .copier import Ready
 from .host_cache import HostCache, Region
@@ -36,16 +39,16 @@ class ShardJob:
                 self.direct_fd = os.open(self.tmp_path, os.O_WRONLY | os.O_DIRECT)
         self.error: BaseException | None = None
         self._remaining = len(snapshot.pieces)
-        self._crcs: dict[int, list[tuple[int, int, int]]] = {}
+        self._hashes: list[tuple[int, int, str]] = []  # (offset, length, sha256 hex) per written piece
         self._lock = threading.Lock()
         self._done = threading.Event()
         if self._remaining == 0:
             self._done.set()
 
-    def piece_done(self, crcs: list[tuple[int, int, int, int]]) -> None:
+    def piece_done(self, digest: tuple[int, int, str] | None) -> None:
         with self._lock:
-            for tensor, lo, length, crc in crcs:
-                self._crcs.setdefault(tensor, []).append((lo, length, crc))
+            if digest is not None:
+                self._hashes.append(digest)
             self._remaining -= 1
             if self._remaining == 0:
                 self._done.set()
@@ -66,18 +69,19 @@ class ShardJob:
         with self._lock:
             if self.error is None:
                 self.error = error
-        self.piece_done([])
+        self.piece_done(None)
 
     def wait_pieces(self, timeout: float | None = None) -> bool:
         return self._done.wait(timeout)
 
-    def finish(self, fsync: bool) -> tuple[int, int]:
-        """Append structure and footer, flush, and rename into place. Returns (size, footer CRC)."""
+    def finish(self, fsync: bool) -> tuple[int, int, list[list[Any]]]:
+        """Append structure and footer, flush, and rename into place.
+
+        Returns (size, footer CRC, [[length, sha256 hex], ...] covering the whole file in order)."""
         snapshot = self.snapshot
-        for index, spec in enumerate(snapshot.specs):
-            spec.crcs = [[length, crc] for _, length, crc in sorted(self._crcs.get(index, []))]
+        pieces = self._piece_hashes(snapshot.data_end)
         skeleton_offset = snapshot.data_end
-        footer = encode_footer(snapshot.specs, skeleton_offset, snapshot.skeleton)
+        footer = encode_footer(snapshot.specs, skeleton_offset, snapshot.skeleton, pieces)
         pwrite_all(self.fd, snapshot.skeleton, skeleton_offset)
         pwrite_all(self.fd, footer, skeleton_offset + len(snapshot.skeleton))
         size = skeleton_offset + len(snapshot.skeleton) + len(footer)
@@ -85,7 +89,25 @@ class ShardJob:
             os.fsync(self.fd)
         self._close()
         os.replace(self.tmp_path, self.path)
-        return size, zlib.crc32(footer)
+        tail = hashlib.sha256(snapshot.skeleton)
+        tail.update(footer)
+        return size, zlib.crc32(footer), [*pieces, [len(snapshot.skeleton) + len(footer), tail.hexdigest()]]
+
+    def _piece_hashes(self, data_end: int) -> list[list[Any]]:
+        """The pieces' hashes in file order; a stretch no piece covered (none today: plan_pieces
+        lays pieces end to end) reads as zeros and is hashed as such."""
+        ranges: list[list[Any]] = []
+        position = 0
+        for offset, length, digest in sorted(self._hashes):
+            if offset > position:
+                ranges.append([offset - position, hashlib.sha256(bytes(offset - position)).hexdigest()])
+            elif offset < position:
+                raise RuntimeError(f"{self.path}: pieces overlap at {offset}")
+            ranges.append([length, digest])
+            position = offset + length
+        if position < data_end:
+            ranges.append([data_end - position, hashlib.sha256(bytes(data_end - position)).hexdigest()])
+        return ranges
 
     def abandon(self) -> None:
         self._close()
@@ -128,20 +150,18 @@ class WriterPool:
                 if job.error is None:
                     job.piece_done(self._write(job, piece, region))
                 else:
-                    job.piece_done([])
+                    job.piece_done(None)
             except BaseException as exc:  # surfaces through the job to wait() and the log
                 job.fail(exc)
             finally:
                 self.cache.release(region)
 
-    def _write(self, job: ShardJob, piece: Piece, region: Region) -> list[tuple[int, int, int, int]]:
+    def _write(self, job: ShardJob, piece: Piece, region: Region) -> tuple[int, int, str]:
         view = self.cache.view(region, 0, piece.length)
         job.write_piece(view, piece.offset)
-        crcs = []
-        for seg in piece.segments:
-            length = seg.hi - seg.lo
-            crcs.append((seg.tensor, seg.lo, length, zlib.crc32(view[seg.rel:seg.rel + length])))
-        return crcs
+        # the bytes the file got, hashed where they sit (the region is released only after this);
+        # pieces are hashed in parallel by the writer threads, never on the training thread
+        return piece.offset, piece.length, hashlib.sha256(view).hexdigest()
 
 
 def lower_priority(increment: int) -> None:

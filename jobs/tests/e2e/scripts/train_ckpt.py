@@ -38,7 +38,9 @@ torch.manual_seed(0)
 model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(32, 1))
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
 # DDP keeps replicas identical: rank 0's copy is the checkpoint (one shard, world size 1)
+print("model ready", flush=True)  # the benchmarks' timeline: rendezvous → model → checkpoint engine → first step
 engine = CheckpointEngine(os.environ["OUTPUT_DIR"], rank=0, world_size=1, host_cache_size=0.01, keep_last=3)
+print("checkpoint engine ready", flush=True)
 start = 0
 if os.environ.get("CKPT_LAST_STEP") is not None:
     checkpoint = engine.load(int(os.environ["CKPT_LAST_STEP"]))

@@ -1,25 +1,29 @@
 """Mirroring complete checkpoints to S3-compatible object storage, and fetching them back.
 
 Keys: `<prefix>/step-<N>/<file>`. A checkpoint's MANIFEST.json is uploaded last and deleted first,
-so in the bucket too a checkpoint is visible only when all of its files are there.
+so in the bucket too a checkpoint is visible only when all of its files are there. With the job's
+signing key, a step counts only when its MANIFEST.json verifies (one GET per new manifest), and
+every fetched file must match the SHA-256 the manifest records.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import zlib
 from pathlib import Path
 
 from ..config import ConfigError, S3Config
+from ..errors import CheckpointCorrupted
 from ..layout import MANIFEST, parse_step, step_name
-from ..manifest import Manifest
-from ..shardfile import CheckpointCorrupted
+from ..manifest import FileEntry, Manifest
+from ..trust import Trust
 
 _MiB = 1 << 20
 
 
 class S3Mirror:
-    def __init__(self, config: S3Config) -> None:
+    def __init__(self, config: S3Config, trust: Trust | None = None) -> None:
         try:
             import boto3
             from boto3.s3.transfer import TransferConfig
@@ -27,6 +31,9 @@ class S3Mirror:
         except ImportError as exc:
             raise ConfigError("mirroring checkpoints to S3 needs boto3 in the training image") from exc
         self.config = config
+        self.trust = trust or Trust(None)
+        self._verdicts: dict[int, tuple[str, bool]] = {}  # step -> (manifest ETag, trusted)
+        self._lock = threading.Lock()
         self.client = boto3.client(
             "s3", endpoint_url=config.endpoint_url, aws_access_key_id=config.access_key,
             aws_secret_access_key=config.secret_key, region_name=config.region,
@@ -49,21 +56,42 @@ class S3Mirror:
             self.client.upload_file(str(local_dir / entry.name), self.config.bucket,
                                     self.config.key(step, entry.name), Config=self.transfer)
         self.client.put_object(Bucket=self.config.bucket, Key=self.config.key(step, MANIFEST),
-                               Body=manifest.to_json())
+                               Body=manifest.stored or manifest.to_json(self.trust.key))
 
     def complete_steps(self) -> list[int]:
-        steps = []
-        for key in self._keys(f"{self.config.prefix}/" if self.config.prefix else ""):
+        """Steps whose MANIFEST.json is in the bucket (and, with a key, verifies), oldest first."""
+        listed: dict[int, str] = {}
+        for key, etag in self._objects(f"{self.config.prefix}/" if self.config.prefix else ""):
             parts = key.rsplit("/", 2)
             step = parse_step(parts[-2]) if len(parts) >= 2 and parts[-1] == MANIFEST else None
             if step is not None and key == self.config.key(step_name(step), MANIFEST):
-                steps.append(step)
-        return sorted(steps)
+                listed[step] = etag
+        if self.trust.key is None:
+            return sorted(listed)
+        with self._lock:  # forget the verdicts on steps that are gone
+            self._verdicts = {s: v for s, v in self._verdicts.items() if s in listed}
+        return sorted(step for step, etag in listed.items() if self._trusted(step, etag))
+
+    def _trusted(self, step: int, etag: str) -> bool:
+        """Verify a listed manifest once per version (its ETag); later listings reuse the verdict."""
+        with self._lock:
+            known = self._verdicts.get(step)
+        if known is not None and known[0] == etag and etag:
+            return known[1]
+        try:
+            self.manifest(step)
+            trusted = True
+        except CheckpointCorrupted as exc:  # unsigned, another job's key, altered, unreadable
+            self.trust.skip(step, self.config.url, exc)
+            trusted = False
+        with self._lock:
+            self._verdicts[step] = (etag, trusted)
+        return trusted
 
     def manifest(self, step: int) -> Manifest:
         body = self.client.get_object(Bucket=self.config.bucket,
                                       Key=self.config.key(step_name(step), MANIFEST))["Body"].read()
-        return Manifest.from_json(body, f"{self.config.url}/{step_name(step)}/{MANIFEST}")
+        return self.trust.manifest(body, f"{self.config.url}/{step_name(step)}/{MANIFEST}", step)
 
     def fetch(self, step: int, dest: Path, names: list[str]) -> Manifest:
         """Download the named files of a complete checkpoint into `dest` (MANIFEST.json last)."""
@@ -82,10 +110,11 @@ class S3Mirror:
             if tmp.stat().st_size != entry.bytes:
                 raise CheckpointCorrupted(f"{name} from {self.config.url}: size {tmp.stat().st_size}"
                                           f" != {entry.bytes}")
-            if entry.kind != "shard" and zlib.crc32(tmp.read_bytes()) != entry.crc32:
-                raise CheckpointCorrupted(f"{name} from {self.config.url}: checksum mismatch")
-            os.replace(tmp, target)
-        (dest / MANIFEST).write_bytes(manifest.to_json())
+            if entry.kind != "shard" and not _matches(entry, tmp.read_bytes()):
+                tmp.unlink(missing_ok=True)
+                raise CheckpointCorrupted(f"{name} from {self.config.url}: content does not match the manifest")
+            os.replace(tmp, target)  # shards: their hashes are checked as they are read
+        (dest / MANIFEST).write_bytes(manifest.stored)  # as received: its signature verifies there
         return manifest
 
     def delete(self, step: int) -> None:
@@ -98,9 +127,18 @@ class S3Mirror:
                 "Objects": [{"Key": k} for k in keys[start:start + 1000]], "Quiet": True})
 
     def _keys(self, prefix: str) -> list[str]:
-        keys: list[str] = []
+        return [key for key, _ in self._objects(prefix)]
+
+    def _objects(self, prefix: str) -> list[tuple[str, str]]:
+        objects: list[tuple[str, str]] = []
         paginator = self.client.get_paginator("list_objects_v2")
         for page in paginator.paginate(Bucket=self.config.bucket, Prefix=prefix):
-            keys.extend(obj["Key"] for obj in page.get("Contents", []) or [])
-        return keys
+            objects.extend((obj["Key"], obj.get("ETag", "")) for obj in page.get("Contents", []) or [])
+        return objects
+
+
+def _matches(entry: FileEntry, data: bytes) -> bool:
+    if entry.sha256:
+        return entry.matches(data)
+    return len(data) == entry.bytes and zlib.crc32(data) == entry.crc32  # a format-1 manifest
 

@@ -1,0 +1,5 @@
+"""Models of the console app: the audit log (console.lib.audit)."""
+
+from .lib.audit import AuditEvent
+
+__all__ = ["AuditEvent"]
