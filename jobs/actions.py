@@ -43,6 +43,7 @@ from .events import (
 )
 from .models import JobAttempt, JobStatusChange, JobTag, Node, NodeGPU, Placement, ServerType, TrainingJob
 from .models.attempts import HOLDING_STATES
+from .scheduling import policy
 from .sql import bulk
 from .states import check_transition
 from .storage import checkpoint_copy, credentials
@@ -79,7 +80,8 @@ def create_job(owner: Any, fields: Mapping[str, Any], tags: Iterable[Mapping[str
     JobStatusChange.objects.create(job=job, old_status="", new_status=job.status, reason=created)
     publish_status(job)
     credentials.mint_ahead_on_commit(job.pk)  # its first attempt's storage keys, off the scheduler's path
-    schedule_on_commit()
+    if not policy.claim_new(server_type.pk):  # a Slurm cluster's job goes straight to its pass
+        schedule_on_commit()
     return job
 
 

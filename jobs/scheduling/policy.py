@@ -106,6 +106,11 @@ class Backend(Protocol):
         """Called in every scheduler run: start this backend's own pass (after the commit)."""
         ...
 
+    def claims(self, server_type_id: int) -> bool:
+        """A new job of this server type is this backend's: True, and its pass is asked for once
+        the job is committed (no scheduler run in between)."""
+        ...
+
 
 _backends: list[Backend] = []
 
@@ -113,6 +118,12 @@ _backends: list[Backend] = []
 def install_backend(backend: Backend) -> None:
     if backend not in _backends:
         _backends.append(backend)
+
+
+def claim_new(server_type_id: int) -> bool:
+    """True when another backend takes a job of this server type as it is created: the agents'
+    scheduler need not run for it."""
+    return any(backend.claims(server_type_id) for backend in _backends)
 
 
 def served_by_agents(waiting: QuerySet) -> QuerySet:

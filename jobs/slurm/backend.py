@@ -6,7 +6,10 @@ from __future__ import annotations
 import logging
 
 from celery import current_app
+from django.db import transaction
 from django.db.models import QuerySet
+
+from .models import SlurmCluster
 
 log = logging.getLogger(__name__)
 
@@ -22,6 +25,15 @@ class SlurmBackend:
         they need not wait for the rest of the run."""
         if waiting.filter(server_type__slurm_cluster__enabled=True).exists():
             request_pass()
+
+
+    def claims(self, server_type_id: int) -> bool:
+        """A job created for a cluster's server type asks for the Slurm pass itself, on commit: a
+        scheduler run in between (another task hop and the scheduler's lock) only delays it."""
+        if not SlurmCluster.objects.filter(server_type_id=server_type_id, enabled=True).exists():
+            return False
+        transaction.on_commit(request_pass)
+        return True
 
 
 def request_pass() -> None:

@@ -257,6 +257,24 @@ def test_the_agents_scheduler_never_places_a_slurm_served_job_on_an_agent_node(a
     assert "jobs.slurm.tasks.sync_slurm" in calls
 
 
+def test_a_new_slurm_job_asks_for_the_slurm_pass_itself_and_an_agents_job_for_the_scheduler(
+        alice, local, fake_slurm, monkeypatch, django_capture_on_commit_callbacks):
+    asked = []
+    monkeypatch.setattr("jobs.slurm.backend.current_app.send_task", lambda name, *a, **k: asked.append(name))
+    monkeypatch.setattr("jobs.actions.schedule_on_commit", lambda: asked.append("scheduler run"))
+
+    with django_capture_on_commit_callbacks(execute=True):
+        g3_job(alice)
+    # straight to the submission pass: no scheduler run (another task hop and its lock) in between
+    assert asked == ["jobs.slurm.tasks.sync_slurm"]
+
+    asked.clear()
+    SlurmCluster.objects.filter(pk=local.pk).update(enabled=False)
+    with django_capture_on_commit_callbacks(execute=True):
+        g3_job(alice, name="cluster-off")
+    assert asked == ["scheduler run"]  # a disabled cluster's job is the scheduler's to hold (and say why)
+
+
 def test_a_batch_script_that_fails_before_its_launchers_start_says_where_its_output_is(alice, local, fake_slurm):
     job = g3_job(alice)
     sync.sync_all()
