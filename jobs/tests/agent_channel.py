@@ -82,15 +82,15 @@ def placed_on(node_name: str, job_name: str) -> TrainingJob:
     return TrainingJob.objects.get(pk=job.pk)
 
 
-def hold_row(job_id: int) -> tuple[threading.Thread, threading.Event]:
-    """A slow transaction elsewhere: it holds the job's row until the event is set."""
+def hold_row(*job_ids: int, seconds: float = 10) -> tuple[threading.Thread, threading.Event]:
+    """A slow transaction elsewhere: it holds the jobs' rows until the event is set (at most `seconds`)."""
     held, release = threading.Event(), threading.Event()
 
     def hold() -> None:
         with transaction.atomic():
-            TrainingJob.objects.select_for_update().get(pk=job_id)
+            list(TrainingJob.objects.select_for_update().filter(pk__in=job_ids))
             held.set()
-            release.wait(10)
+            release.wait(seconds)
         connection.close()
 
     holder = threading.Thread(target=hold)

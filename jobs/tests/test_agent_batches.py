@@ -11,12 +11,11 @@ import time
 import pytest
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
-from django.db import connection, transaction
 
 from jobs import actions, lifecycle
 from jobs.channel import consumer
 from jobs.channel.notify import node_group
-from jobs.models import Node, NodeToken, TrainingJob
+from jobs.models import Node, NodeToken
 from jobs.scheduling.decision import Assignment
 from monitoring.models import LogLine
 
@@ -181,18 +180,7 @@ async def test_a_hello_is_answered_while_more_stored_messages_wait_than_the_cons
         return job_ids
 
     job_ids = await sync_to_async(place_each)()
-    held, release = threading.Event(), threading.Event()
-
-    def hold_the_job_rows() -> None:  # slow transactions elsewhere: every report waits for them
-        with transaction.atomic():
-            list(TrainingJob.objects.select_for_update().filter(pk__in=job_ids))
-            held.set()
-            release.wait(20)
-        connection.close()
-
-    holder = threading.Thread(target=hold_the_job_rows)
-    holder.start()
-    assert held.wait(5)
+    holder, release = hold_row(*job_ids, seconds=20)  # slow transactions elsewhere: every report waits for them
     try:
         for socket, job_id in zip(sockets, job_ids, strict=True):
             await socket.send_json_to({"type": "attempt", "msg_id": 1, "job_id": job_id, "attempt": 1, "role": "master",
