@@ -7,7 +7,9 @@ Everything is real: a console (daphne, Celery worker and beat, SeaweedFS, Postgr
 agents serving g2, and a local Slurm 22.05 (slurmctld, two slurmd with 8 fake GPUs each,
 slurmrestd with JWT) serving g3. Part 1 creates the same one-node job through the REST API on
 both backends, alternating which goes first, and times the API answer, the first log line and
-the command's own first line. Part 2 queues `--drain` jobs of mixed shapes (gangs of 2 nodes × 4
+the command's own first line; from slurmctld's log, also Slurm's own wait between the submission
+and its scheduler starting the job (22.05 starts a batch job only in its next scheduling pass,
+main or backfill, which come about once a second), and `Running` less that wait. Part 2 queues `--drain` jobs of mixed shapes (gangs of 2 nodes × 4
 GPUs, whole nodes, small jobs) at once and times how long Slurm takes to run them all, then
 checks from Slurm's own completion records that no node ever held more than its 8 GPUs.
 """
@@ -40,7 +42,7 @@ def job_payload(name: str, server_type: str, command: str, nodes: int = 1, gpus:
 TRACES: dict[str, tuple[int, float]] = {}  # backend → (job id, wall clock of its API call): the last run's
 
 
-def time_one_start(stack: BenchStack, token: str, backend: str, run: int) -> tuple[float, ...]:
+def time_one_start(stack: BenchStack, token: str, backend: str, run: int, slurm_root: Any = None) -> tuple[float, ...]:
     from jobs.models import JobStatusChange, TrainingJob
     from monitoring.models import LogLine
 
@@ -60,26 +62,32 @@ def time_one_start(stack: BenchStack, token: str, backend: str, run: int) -> tup
     def status_at(status: str) -> float:
         return JobStatusChange.objects.get(job_id=job_id, new_status=status).created_at.timestamp() - wall
 
+    from benchmarks.slurm_trace import slurm_started
     from jobs.slurm.models import SlurmJob
 
-    submitted = SlurmJob.objects.filter(training_job_id=job_id).values_list("submitted_at", flat=True).first()
-    to_slurm = submitted.timestamp() - wall if submitted else float("nan")
-    return (answered - began, to_slurm, status_at("Creating"), status_at("Running"), first_line - began,
-            command_line - began, completed - began)
+    slurm_job = SlurmJob.objects.filter(training_job_id=job_id).values_list("submitted_at", "slurm_job_id").first()
+    to_slurm = slurm_job[0].timestamp() - wall if slurm_job else float("nan")
+    started = slurm_started(slurm_root, slurm_job[1]) if slurm_job and slurm_root else None
+    # Slurm's own wait: from the submission to its scheduler starting the job (slurmctld's log, ms)
+    slurm_wait = started - slurm_job[0].timestamp() if started and slurm_job else float("nan")
+    running = status_at("Running")
+    return (answered - began, to_slurm, status_at("Creating"), running, first_line - began,
+            command_line - began, completed - began, slurm_wait, running - (slurm_wait if slurm_job else 0.0))
 
 
-def part_one(stack: BenchStack, token: str, runs: int) -> None:
+def part_one(stack: BenchStack, token: str, runs: int, slurm_root: Any = None) -> None:
     rows: dict[str, list[tuple[float, ...]]] = {"agents": [], "slurm": []}
     for run in range(runs):
         order = ("agents", "slurm") if run % 2 == 0 else ("slurm", "agents")
         for backend in order:
-            rows[backend].append(time_one_start(stack, token, backend, run))
+            rows[backend].append(time_one_start(stack, token, backend, run, slurm_root))
             time.sleep(0.5)
     print(f"\n1. Submit → first log line, {runs} runs each, alternating (seconds from the API call; medians, p90 in brackets)")
     print(f"   {'':<28}{'agents':>16}{'Slurm':>16}{'Slurm / agents':>16}")
     for label, index in (("API answered", 0), ("submitted to Slurm", 1), ("nodes assigned (Creating)", 2),
                          ("Running", 3), ("first log line", 4), ("command's first line", 5),
-                         ("Completed", 6)):
+                         ("Completed", 6), ("Slurm's own wait to start it", 7),
+                         ("Running, less that wait", 8)):
         cells = []
         for backend in ("agents", "slurm"):
             values = [row[index] for row in rows[backend] if row[index] == row[index]] or [float("nan")]
@@ -205,7 +213,7 @@ def main() -> None:
             _, token = api_user()
             register(slurm, stack.url, gpu_metrics="off", metrics_interval_seconds=0)
             stack.start_agents(["bench-a", "bench-b"], timeout=60)
-            part_one(stack, token, args.runs)
+            part_one(stack, token, args.runs, slurm.root)
             if args.trace:
                 trace(slurm)
             # the batch jobs' output (the launchers' own timestamped log) outlives the cluster's directory

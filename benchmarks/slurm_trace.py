@@ -37,6 +37,20 @@ def slurm_events(root: Path, slurm_id: int) -> list[tuple[float, str]]:
     return events
 
 
+STARTED = re.compile(r"(?:_start_job: Started|sched: Allocate) JobId=(\d+) ")
+
+
+def slurm_started(root: Path, slurm_id: int) -> float | None:
+    """When slurmctld started the job (its main or backfill scheduler), from its log; None if not found."""
+    log = root / "log" / "slurmctld.log"
+    for line in log.read_text(errors="replace").splitlines() if log.exists() else []:
+        match = SLURM_STAMP.match(line)
+        started = STARTED.search(match.group(2)) if match else None
+        if match and started and int(started.group(1)) == slurm_id:
+            return _local(match.group(1), "%Y-%m-%dT%H:%M:%S.%f")
+    return None
+
+
 def console_events(job_id: int) -> list[tuple[float, str]]:
     from jobs.models import JobStatusChange, Placement
     from jobs.slurm.models import SlurmJob, SlurmRun
