@@ -8,8 +8,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from rest_framework.test import APIClient
 
@@ -19,8 +17,6 @@ from nodeagent.teardown_noise import FOLDED_LINE
 from .helpers import create_job, stream_text, wait_for_status
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
-
-SLOW_EXIT_BARRIER = Path(__file__).parent / "scripts" / "slow_exit_barrier"
 
 
 def test_a_script_removed_from_storage_fails_the_job_with_that_cause(alice, start_nodes, upload_script, object_store, e2e_settings):
@@ -43,10 +39,15 @@ def test_a_script_removed_from_storage_fails_the_job_with_that_cause(alice, star
     assert "[CONSOLE] master on node-a stopped: " + reason[:1].lower() + reason[1:] in master
 
 
-def test_a_completed_two_node_run_ends_without_a_teardown_traceback(alice, start_nodes, training_script, e2e_settings):
+def test_a_completed_two_node_run_ends_without_a_teardown_traceback(alice, start_nodes, training_script, upload_script,
+                                                                    e2e_settings):
     start_nodes("node-a", "node-b")
-    command = f"PYTHONPATH={SLOW_EXIT_BARRIER} torchrun train_ddp.py --steps 3"
-    job = create_job(alice, "clean-ending", command, node_count=2, script_url=training_script)
+    # the race maker reaches the job as an input of Alice's (a path of this checkout is not there:
+    # the sandbox gives a job its own /tmp, where a CI clone may live)
+    barrier = upload_script("slow_exit_barrier/sitecustomize.py").removesuffix("sitecustomize.py")
+    command = "PYTHONPATH=$SIMPLEAI_INPUT_BARRIER torchrun train_ddp.py --steps 3"
+    job = create_job(alice, "clean-ending", command, node_count=2, script_url=training_script,
+                     inputs=[{"name": "barrier", "url": barrier}])
 
     job = wait_for_status(job.pk, "Completed", "Failed", timeout=150)
 
