@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
+from typing import Any
 
 from django import template
 
@@ -12,16 +14,17 @@ register = template.Library()
 
 
 @register.simple_tag
-def metric_catalogue() -> list[dict]:
+def metric_catalogue() -> list[dict[str, Any]]:
     """The metric catalogue for the charts' JavaScript (use with json_script)."""
     return catalog.as_json()
 
 
 @register.filter
-def metric_value(value: float | None, unit: str) -> str:
+def metric_value(value: float | str | None, unit: str) -> str:
     """A current value as the dashboard shows it: '—' when there is none, units abbreviated."""
-    if value is None or value == "":
+    if value is None or value == "":  # a template's missing variable is ""
         return "—"
+    value = float(value)
     suffix = {"Percent": " %", "Gigabytes": " GiB", "Celsius": " °C", "Watts": " W", "Megahertz": " MHz",
               "Megabytes/Second": " MB/s"}.get(unit, "")
     return f"{value:,.{3 if abs(value) < 10 and unit == 'None' else 1}f}{suffix}"
@@ -33,11 +36,11 @@ NODE_GPU_METRICS = ("GPUUtilization", "GPUMemoryUsed", "GPUMemoryTotal", "GPUTem
 
 
 @register.inclusion_tag("monitoring/_node_gpus.html")
-def node_gpu_metrics(node, gpus) -> dict:
+def node_gpu_metrics(node: Any, gpus: Iterable[Any]) -> dict[str, Any]:
     """Staff node page: every GPU's health and newest readings, and the node's own readings."""
     since = time.time() - NOW_WINDOW
     latest = metric_queries.latest_by_gpu(node.name, NODE_GPU_METRICS, since)
-    node_values = {}
+    node_values: dict[str, float] = {}
     for series, _, value in metric_queries.recent_samples({"node": node.name, "gpu__isnull": True},
                                                          [m.name for m in catalog.NODE_METRICS], since):
         node_values[series["metric"]] = value
@@ -49,7 +52,7 @@ def node_gpu_metrics(node, gpus) -> dict:
 
 
 @register.inclusion_tag("monitoring/_fleet_utilisation.html")
-def fleet_utilisation() -> dict:
+def fleet_utilisation() -> dict[str, Any]:
     """Staff node list: per node, the newest average GPU utilisation and hottest GPU."""
     latest = metric_queries.latest_by_node(("GPUUtilization", "GPUTemperature"), time.time() - NOW_WINDOW)
     rows = []
