@@ -26,7 +26,6 @@ class SlurmBackend:
         if waiting.filter(server_type__slurm_cluster__enabled=True).exists():
             request_pass()
 
-
     def claims(self, server_type_id: int) -> bool:
         """A job created for a cluster's server type asks for the Slurm pass itself, on commit: a
         scheduler run in between (another task hop and the scheduler's lock) only delays it."""
