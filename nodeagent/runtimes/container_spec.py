@@ -21,9 +21,7 @@ placement afterwards.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import stat
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -32,6 +30,7 @@ from ..environment import LAUNCHERS_DIR, VENDOR_DIR
 from ..fileshare import PLATFORM_ROOT
 from ..jobusers import JobIdentity
 from ..protocol import Placement
+from ..sandbox.files import HOME_NAME, give_tree, take_tree_back
 from .base import LaunchSpec
 
 LABEL_PREFIX = "simpleai."
@@ -42,7 +41,6 @@ VENDOR_IN_CONTAINER = CONTAINER_ROOT / "vendor"
 LAUNCHERS_IN_CONTAINER = CONTAINER_ROOT / "launchers"
 INPUTS_IN_CONTAINER = CONTAINER_ROOT / "inputs"
 REQUIREMENTS_IN_CONTAINER = CONTAINER_ROOT / "requirements"  # PYTHONUSERBASE (runtimes.docker_requirements)
-HOME_NAME = ".home"  # in the working directory
 # what the job's files get: its tenant's other jobs (the same group) may change them in the share
 JOB_UMASK = "0007"
 
@@ -151,39 +149,12 @@ def build_run_kwargs(spec: LaunchSpec, real_gpus: bool, node_name: str = "", ven
 # -- the working directory: the job's user's while its container lives ------------------------
 
 def hand_over(workdir: Path, output_dir: Path, uid: int, gid: int) -> None:
-    """Give the working directory, OUTPUT_DIR and a fresh HOME to the job's user before the start.
-
-    Directories and the files made for this attempt become the user's; a file hard-linked from
-    the warm pool's kept copy (nodeagent.warm) stays the agent's: the job reads it and may
-    replace it, but cannot change the copy a later job would start from. Links are never
-    followed."""
-    home = workdir / HOME_NAME
-    home.mkdir(mode=0o700, exist_ok=True)
-    for top in _tops(workdir, output_dir):
-        for directory, dirs, files in os.walk(top):  # does not enter linked directories
-            os.lchown(directory, uid, gid)
-            for name in [*files, *dirs]:
-                path = os.path.join(directory, name)
-                found = os.lstat(path)
-                if stat.S_ISLNK(found.st_mode) or (not stat.S_ISDIR(found.st_mode) and found.st_nlink == 1):
-                    os.lchown(path, uid, gid)
+    """Give the working directory, OUTPUT_DIR and a fresh HOME to the job's user before the start;
+    a file hard-linked from the warm pool's kept copy stays the agent's (give_tree)."""
+    give_tree(workdir, output_dir, uid, gid, kept_readable=False)
 
 
 def hand_back(workdir: Path, output_dir: Path, uid: int) -> None:
     """Once the container is gone: everything the job's user owns there becomes the agent's again
     (links themselves, not what they point at), so that user can serve another placement."""
-    me, group = os.geteuid(), os.getegid()
-    for top in _tops(workdir, output_dir):
-        with contextlib.suppress(FileNotFoundError):
-            if os.lstat(top).st_uid == uid:
-                os.lchown(top, me, group)
-        for directory, dirs, files in os.walk(top):
-            for name in [*dirs, *files]:
-                path = os.path.join(directory, name)
-                with contextlib.suppress(FileNotFoundError):
-                    if os.lstat(path).st_uid == uid:
-                        os.lchown(path, me, group)
-
-
-def _tops(workdir: Path, output_dir: Path) -> list[Path]:
-    return [workdir] if output_dir.is_relative_to(workdir) else [workdir, output_dir]
+    take_tree_back(workdir, output_dir, uid, (os.geteuid(), os.getegid()), keep_linked_files=False)
