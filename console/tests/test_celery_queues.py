@@ -43,7 +43,10 @@ def test_it_serves_the_watchdog_queue_without_being_told_to():
                 if line.startswith("{"):
                     for consumed in json.loads(line).values():
                         queues |= {queue["name"] for queue in consumed}
-        assert {"celery", "watchdog"} <= queues, f"a plain worker consumes {sorted(queues)}"
+        exited = worker.poll() is not None  # say why the worker never answered (CI keeps only this)
+        said = worker.stderr.read().decode(errors="replace")[-2000:] if exited and worker.stderr else ""
+        assert {"celery", "watchdog"} <= queues, (f"a plain worker consumes {sorted(queues)}"
+                                                  + (f"; it exited with {worker.returncode}: {said}" if exited else ""))
     finally:
         worker.terminate()
         worker.wait(timeout=30)
